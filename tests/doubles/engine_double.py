@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""engine_double: a TEST DOUBLE standing in for an SGLang server where no GPU exists.
+
+It is not SGLang and never counts as the real engine. It parses SGLang's arguments,
+prints NCCL-style start-up lines derived from its environment (as a real TP engine
+does), serves SGLang's HTTP endpoints, and answers with latencies drawn from a
+configured model, so that an A/B against it has a known true answer.
+
+Configuration (environment, all optional):
+  DOUBLE_STARTUP_S            seconds from start to ready (default 1.0)
+  DOUBLE_BASE_TTFT_MS         fixed part of time to first token (default 2.0)
+  DOUBLE_PREFILL_MS_PER_1K    prefill time per 1000 prompt tokens (default 20.0)
+  DOUBLE_DECODE_MS_PER_TOKEN  decode time per output token (default 5.0)
+  DOUBLE_NOISE                relative sigma of multiplicative gaussian noise (default 0)
+  DOUBLE_SEED                 seed of the noise (default 0)
+  DOUBLE_EFFECT_<CONTROL>     effect of a control when it is ON, as
+                              "prefill=0.05,decode=0.02" (fractions faster; negative
+                              is slower). CONTROL is P2P (NCCL_P2P_DISABLE not 1),
+                              CUMEM (NCCL_CUMEM_ENABLE=1), CUSTOM_AR (custom all-reduce on).
+  DOUBLE_NCCL_VERSION         NCCL version printed (default 2.28.9); CUDA in DOUBLE_CUDA (13.0)
+  DOUBLE_NCCL_CHANNELS        channels printed per ring edge (default 2)
+  DOUBLE_VERSION              engine version reported by /server_info (default 0.5.5)
+  DOUBLE_FAULT                comma-separated faults:
+      fail_at_start           exit 1 with a Traceback before ready
+      hang_before_ready       never become ready
+      crash_after:N           exit 1 after N completed requests
+      extra_word              one extra word in every exact-length answer
+      drift:F                 latencies grow by fraction F per minute since ready
+      straggler[:S]           on stop, leave a child process alive S seconds (default 600)
+      ignore_p2p              print SHM transport even when P2P is allowed (no effect)
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+READY_LINE = "The server is fired up and ready to roll!"
+STRAGGLER_NAME = "engine-double-straggler"
+
+
+def parse_engine_args(argv):
+    parser = argparse.ArgumentParser(prog="engine_double", allow_abbrev=False)
+    parser.add_argument("--model-path", "--model", dest="model_path", required=True)
+    parser.add_argument("--revision", default=None)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    parser.add_argument("--context-length", "--max-model-len", dest="context_length", type=int, default=32768)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--disable-custom-all-reduce", action="store_true")
+    parser.add_argument("--chunked-prefill-size", type=int, default=None)
+    parser.add_argument("--speculative-algorithm", default=None)
+    parser.add_argument("--speculative-num-steps", type=int, default=None)
+    parser.add_argument("--speculative-eagle-topk", type=int, default=None)
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    parser.add_argument("--api-key", default=None)
+    args, unknown = parser.parse_known_args(argv)
+    args.unknown_args = unknown
+    return args
+
+
+def parse_faults(text):
+    faults = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, _, value = item.partition(":")
+        faults[name] = value
+    return faults
+
+
+def parse_effect(text):
+    effect = {"prefill": 0.0, "decode": 0.0}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, _, value = item.partition("=")
+        if key not in effect:
+            raise ValueError(f"unknown effect key {key!r} in {text!r}")
+        effect[key] = float(value)
+    return effect
+
+
+class LatencyModel:
+    """Time to first token and per-token decode time, with control effects and noise."""
+
+    def __init__(self, env, controls):
+        self.base_ttft = float(env.get("DOUBLE_BASE_TTFT_MS", "2.0")) / 1000
+        self.prefill_per_1k = float(env.get("DOUBLE_PREFILL_MS_PER_1K", "20.0")) / 1000
+        self.decode_per_token = float(env.get("DOUBLE_DECODE_MS_PER_TOKEN", "5.0")) / 1000
+        self.noise = float(env.get("DOUBLE_NOISE", "0"))
+        self.rng = random.Random(int(env.get("DOUBLE_SEED", "0")))
+        self.lock = threading.Lock()
+        self.prefill_factor = 1.0
+        self.decode_factor = 1.0
+        for control, on in controls.items():
+            if on:
+                effect = parse_effect(env.get(f"DOUBLE_EFFECT_{control.upper()}", ""))
+                self.prefill_factor *= 1.0 - effect["prefill"]
+                self.decode_factor *= 1.0 - effect["decode"]
+        self.drift_per_min = 0.0
+        self.ready_at = None
+
+    def _jitter(self):
+        if not self.noise:
+            return 1.0
+        with self.lock:
+            return max(0.0, self.rng.gauss(1.0, self.noise))
+
+    def _drift(self):
+        if not self.drift_per_min or self.ready_at is None:
+            return 1.0
+        return 1.0 + self.drift_per_min * (time.monotonic() - self.ready_at) / 60
+
+    def ttft(self, prompt_tokens):
+        prefill = self.prefill_per_1k * prompt_tokens / 1000 * self.prefill_factor
+        return (self.base_ttft + prefill) * self._jitter() * self._drift()
+
+    def decode(self):
+        return self.decode_per_token * self.decode_factor * self._jitter() * self._drift()
+
+
+def count_tokens(text):
+    return len(text.split())
+
+
+def message_text(messages):
+    parts = []
+    for message in messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
+        parts.append(str(content))
+    return "\n".join(parts)
+
+
+def example_for_schema(schema, prompt):
+    """A value matching a small JSON schema; string fields take `name: value` from the prompt."""
+    kind = schema.get("type", "object")
+    if kind == "object":
+        out = {}
+        for name, sub in schema.get("properties", {}).items():
+            if sub.get("type", "string") == "string":
+                found = re.search(rf"\b{re.escape(name)}\s*[:=]\s*([^\s,;]+)", prompt)
+                out[name] = found.group(1) if found else f"{name}-value"
+            else:
+                out[name] = example_for_schema(sub, prompt)
+        return out
+    if kind == "array":
+        return [example_for_schema(schema.get("items", {"type": "string"}), prompt)]
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return True
+    return "value"
+
+
+def answer_words(prompt, max_tokens, faults):
+    """The words the double answers with, understanding the gates' task phrasings."""
+    exact = re.search(r"exactly (\d+) (?:code )?words", prompt)
+    needle_question = re.search(r"What is the secret code\?", prompt)
+    if needle_question:
+        needle = re.search(r"The secret code is (\S+?)\.", prompt)
+        return [needle.group(1) if needle else "unknown"]
+    if exact:
+        count = int(exact.group(1)) + (1 if "extra_word" in faults else 0)
+        return [f"CODE{i:03d}" for i in range(count)][: max(max_tokens, count)]
+    return [f"word{i}" for i in range(max_tokens)]
+
+
+class Engine:
+    def __init__(self, args, env):
+        self.args = args
+        self.env = env
+        self.faults = parse_faults(env.get("DOUBLE_FAULT", ""))
+        self.p2p = env.get("NCCL_P2P_DISABLE", "0") != "1"
+        self.cumem = env.get("NCCL_CUMEM_ENABLE", "0") == "1"
+        self.custom_ar = not args.disable_custom_all_reduce
+        self.model = LatencyModel(
+            env, {"p2p": self.p2p, "cumem": self.cumem, "custom_ar": self.custom_ar}
+        )
+        if "drift" in self.faults:
+            self.model.drift_per_min = float(self.faults["drift"] or "0.1")
+        self.ready = threading.Event()
+        self.completed = 0
+        self.count_lock = threading.Lock()
+        self.model_id = args.served_model_name or args.model_path
+
+    def log(self, line):
+        print(line, flush=True)
+
+    def nccl_lines(self):
+        host, pid = socket.gethostname(), os.getpid()
+        version = self.env.get("DOUBLE_NCCL_VERSION", "2.28.9")
+        cuda = self.env.get("DOUBLE_CUDA", "13.0")
+        channels = int(self.env.get("DOUBLE_NCCL_CHANNELS", "2"))
+        if self.p2p and "ignore_p2p" not in self.faults:
+            transport = "P2P/CUMEM" if self.cumem else "P2P/IPC"
+        else:
+            patch = tuple(int(x) for x in version.split("."))
+            transport = "SHM/direct" if patch >= (2, 30, 7) else "SHM/direct/direct"
+        ranks = self.args.tp_size
+        for rank in range(ranks):
+            self.log(f"{host}:{pid}:{pid} [{rank}] NCCL INFO NCCL version {version}+cuda{cuda}")
+        if ranks < 2:
+            return
+        for rank in range(ranks):
+            peer = (rank + 1) % ranks
+            for channel in range(channels):
+                self.log(
+                    f"{host}:{pid}:{pid} [{rank}] NCCL INFO Channel {channel:02d} : "
+                    f"{rank}[{rank}] -> {peer}[{peer}] via {transport}"
+                )
+
+    def start(self):
+        self.log(f"engine_double (TEST DOUBLE for SGLang {self.server_info()['version']}) starting")
+        self.log(f"server_args={json.dumps(self.server_info())}")
+        if "fail_at_start" in self.faults:
+            self.log("Traceback (most recent call last):")
+            self.log("RuntimeError: injected fault: fail_at_start")
+            os._exit(1)
+        self.nccl_lines()
+        if self.custom_ar and self.p2p:
+            self.log("Custom allreduce is enabled")
+        else:
+            reason = "--disable-custom-all-reduce is set" if not self.custom_ar else "P2P is disabled"
+            self.log(f"Custom allreduce is disabled because {reason}")
+        if "hang_before_ready" in self.faults:
+            self.log("waiting for workers (injected fault: hang_before_ready)")
+            return
+        time.sleep(float(self.env.get("DOUBLE_STARTUP_S", "1.0")))
+        self.model.ready_at = time.monotonic()
+        self.ready.set()
+        self.log(READY_LINE)
+
+    def server_info(self):
+        a = self.args
+        return {
+            "engine": "engine_double",
+            "version": self.env.get("DOUBLE_VERSION", "0.5.5"),
+            "model_path": a.model_path,
+            "revision": a.revision,
+            "served_model_name": self.model_id,
+            "tp_size": a.tp_size,
+            "context_length": a.context_length,
+            "disable_custom_all_reduce": a.disable_custom_all_reduce,
+            "chunked_prefill_size": a.chunked_prefill_size,
+            "speculative_algorithm": a.speculative_algorithm,
+            "port": a.port,
+        }
+
+    def request_done(self):
+        with self.count_lock:
+            self.completed += 1
+            done = self.completed
+        limit = self.faults.get("crash_after")
+        if limit is not None and done >= int(limit or "1"):
+            self.log("Traceback (most recent call last):")
+            self.log(f"RuntimeError: injected fault: crash_after:{limit}")
+            os._exit(1)
+
+    def leave_straggler(self):
+        seconds = self.faults.get("straggler") or "600"
+        code = f"import time; time.sleep({float(seconds)})"
+        command = [sys.executable, "-c", code]
+        # Outside the unit's cgroup, like a container worker that outlives `docker run`.
+        if os.path.exists("/run/systemd/system"):
+            command = ["systemd-run", "--quiet", "--collect", f"--unit={STRAGGLER_NAME}",
+                       "--property=Description=engine double straggler"] + command
+        subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        self.log(f"left a straggler process ({STRAGGLER_NAME})")
+
+
+def make_handler(engine):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep the journal for engine lines
+            pass
+
+        def send_json(self, status, body):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorized(self):
+            key = engine.args.api_key
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self.send_json(401, {"error": "unauthorized"})
+                return False
+            return True
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate"):
+                if engine.ready.is_set():
+                    self.send_json(200, {})
+                else:
+                    self.send_json(503, {"error": "server is starting"})
+            elif not engine.ready.is_set():
+                self.send_json(503, {"error": "server is starting"})
+            elif path in ("/server_info", "/get_server_info"):
+                self.send_json(200, engine.server_info())
+            elif path == "/model_info":
+                self.send_json(200, {"model_path": engine.args.model_path, "is_generation": True})
+            elif path == "/v1/models":
+                self.send_json(200, {"object": "list", "data": [{
+                    "id": engine.model_id, "object": "model", "root": engine.args.model_path,
+                    "max_model_len": engine.args.context_length, "owned_by": "engine_double"}]})
+            else:
+                self.send_json(404, {"error": f"no route {path}"})
+
+        def do_POST(self):
+            if self.path.split("?")[0] != "/v1/chat/completions":
+                self.send_json(404, {"error": f"no route {self.path}"})
+                return
+            if not engine.ready.is_set():
+                self.send_json(503, {"error": "server is starting"})
+                return
+            if not self.authorized():
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                messages = body["messages"]
+            except (ValueError, KeyError) as exc:
+                self.send_json(400, {"error": f"bad request: {exc}"})
+                return
+            self.complete(body, messages)
+            engine.request_done()
+
+        def complete(self, body, messages):
+            prompt = message_text(messages)
+            prompt_tokens = count_tokens(prompt)
+            if prompt_tokens > engine.args.context_length:
+                self.send_json(400, {"error": f"prompt of {prompt_tokens} tokens exceeds "
+                                              f"context length {engine.args.context_length}"})
+                return
+            max_tokens = int(body.get("max_tokens") or 16)
+            started = time.monotonic()
+            words, tool_calls = self.answer(body, prompt, max_tokens)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
+                     "total_tokens": prompt_tokens + len(words)}
+            ident = f"chatcmpl-double-{os.getpid()}-{engine.completed}"
+            finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
+            first_at = started + engine.model.ttft(prompt_tokens)
+            if not body.get("stream"):
+                deadline = first_at + sum(engine.model.decode() for _ in words[1:])
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
+                if tool_calls:
+                    message["tool_calls"] = tool_calls
+                self.send_json(200, {"id": ident, "object": "chat.completion",
+                                     "model": engine.model_id, "usage": usage, "choices": [
+                                         {"index": 0, "message": message, "finish_reason": finish}]})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            due = first_at
+            pieces = [{"tool_calls": tool_calls}] if tool_calls else [
+                {"content": (" " if i else "") + word} for i, word in enumerate(words)]
+            for i, delta in enumerate(pieces):
+                if i:
+                    due += engine.model.decode()
+                time.sleep(max(0.0, due - time.monotonic()))
+                if i == 0:
+                    delta = {"role": "assistant", **delta}
+                self.sse({"id": ident, "object": "chat.completion.chunk", "model": engine.model_id,
+                          "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            self.sse({"id": ident, "object": "chat.completion.chunk", "model": engine.model_id,
+                      "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                      "usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+        def sse(self, payload):
+            self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            self.wfile.flush()
+
+        def answer(self, body, prompt, max_tokens):
+            tools = body.get("tools") or []
+            if tools and body.get("tool_choice") != "none":
+                function = tools[0]["function"]
+                arguments = example_for_schema(function.get("parameters", {}), prompt)
+                return ["<tool_call>"], [{"id": "call_0", "type": "function", "function": {
+                    "name": function["name"], "arguments": json.dumps(arguments)}}]
+            fmt = body.get("response_format") or {}
+            if fmt.get("type") in ("json_object", "json_schema"):
+                schema = (fmt.get("json_schema") or {}).get("schema", {"type": "object"})
+                value = example_for_schema(schema, prompt)
+                if schema.get("type", "object") == "object" and not value:
+                    value = {"answer": "ok"}
+                return json.dumps(value).split(" "), None
+            return answer_words(prompt, max_tokens, engine.faults), None
+
+    return Handler
+
+
+def main(argv=None):
+    args = parse_engine_args(sys.argv[1:] if argv is None else argv)
+    engine = Engine(args, dict(os.environ))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server.daemon_threads = True
+
+    def on_term(signum, frame):
+        engine.log(f"received signal {signum}, shutting down")
+        if "straggler" in engine.faults:
+            engine.leave_straggler()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    threading.Thread(target=engine.start, daemon=True).start()
+    server.serve_forever()
+    engine.log("engine_double stopped")
+
+
+if __name__ == "__main__":
+    main()
