@@ -1,0 +1,122 @@
+"""A small HTTP client for OpenAI-compatible serving engines (SGLang, vLLM).
+
+Pure standard library so it runs on any managed host's Python. Errors never raise:
+every call returns a dict with `ok` and, when not ok, an `error` naming the cause.
+"""
+
+import http.client
+import json
+import time
+from urllib.parse import urlsplit
+
+
+def _connection(base_url, timeout):
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base URL must be http(s)://host[:port], got {base_url!r}")
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+
+
+def get_json(base_url, path, api_key=None, timeout=10.0):
+    """GET a JSON document; returns {ok, status, body | error}."""
+    try:
+        conn, prefix = _connection(base_url, timeout)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        conn.request("GET", prefix + path, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return {"ok": False, "status": None, "error": f"GET {path}: {type(exc).__name__}: {exc}"}
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"ok": False, "status": response.status,
+                "error": f"GET {path}: body is not JSON: {raw[:200]!r}"}
+    ok = 200 <= response.status < 300
+    result = {"ok": ok, "status": response.status, "body": body}
+    if not ok:
+        result["error"] = f"GET {path}: HTTP {response.status}"
+    return result
+
+
+def _read_sse(response, started, result):
+    """Consume an SSE stream of chat.completion.chunk events into result."""
+    content, tool_calls = [], []
+    saw_done = False
+    for raw_line in response:
+        line = raw_line.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            saw_done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            result["error"] = f"stream chunk is not JSON: {data[:200]!r}"
+            return
+        result["chunks"] += 1
+        if chunk.get("usage"):
+            result["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if (delta.get("content") or delta.get("tool_calls")) and result["ttft_s"] is None:
+                result["ttft_s"] = time.perf_counter() - started
+            if delta.get("content"):
+                content.append(delta["content"])
+            tool_calls.extend(delta.get("tool_calls") or [])
+            if choice.get("finish_reason"):
+                result["finish_reason"] = choice["finish_reason"]
+    result["content"] = "".join(content)
+    result["tool_calls"] = tool_calls
+    if not saw_done:
+        result["error"] = "stream ended without data: [DONE] (truncated)"
+
+
+def chat(base_url, body, api_key=None, timeout=60.0):
+    """POST /v1/chat/completions and time it from the client's side.
+
+    Returns {ok, status, ttft_s, e2e_s, content, tool_calls, usage, finish_reason,
+    chunks, error}. ttft_s is the time to the first content (or tool call) chunk for a
+    streamed request, and equals e2e_s for a non-streamed one.
+    """
+    result = {"ok": False, "status": None, "ttft_s": None, "e2e_s": None, "content": None,
+              "tool_calls": [], "usage": None, "finish_reason": None, "chunks": 0,
+              "error": None}
+    payload = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        conn, prefix = _connection(base_url, timeout)
+        started = time.perf_counter()
+        conn.request("POST", prefix + "/v1/chat/completions", body=payload, headers=headers)
+        response = conn.getresponse()
+        result["status"] = response.status
+        if response.status != 200:
+            result["error"] = f"HTTP {response.status}: {response.read()[:300]!r}"
+        elif body.get("stream"):
+            _read_sse(response, started, result)
+        else:
+            raw = response.read()
+            try:
+                doc = json.loads(raw)
+                message = doc["choices"][0]["message"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                result["error"] = f"response is not a chat completion: {raw[:300]!r}"
+            else:
+                result["content"] = message.get("content")
+                result["tool_calls"] = message.get("tool_calls") or []
+                result["usage"] = doc.get("usage")
+                result["finish_reason"] = doc["choices"][0].get("finish_reason")
+        result["e2e_s"] = time.perf_counter() - started
+        conn.close()
+    except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    if result["ttft_s"] is None and result["error"] is None and not body.get("stream"):
+        result["ttft_s"] = result["e2e_s"]
+    result["ok"] = result["error"] is None
+    return result

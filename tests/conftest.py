@@ -1,0 +1,80 @@
+"""Shared test set-up: import paths for the project's module_utils and the engine double."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Modules import project helpers as ansible.module_utils.<name>, as Ansible ships them.
+ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "tests" / "doubles"))
+sys.path.insert(0, str(REPO / "filter_plugins"))
+
+DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RunningDouble:
+    """An engine double process on a free loopback port."""
+
+    def __init__(self, env=None, args=()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DOUBLE_", "NCCL_"))}
+        full_env.update({"DOUBLE_STARTUP_S": "0.2", "PYTHONUNBUFFERED": "1"})
+        full_env.update(env or {})
+        command = [sys.executable, str(DOUBLE), "--model-path", "test/model", "--revision",
+                   "a" * 40, "--tp-size", "2", "--context-length", "8192",
+                   "--port", str(self.port), *args]
+        self.proc = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def wait_ready(self, timeout=10.0):
+        from ansible.module_utils.engine_client import get_json
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if get_json(self.url, "/health", timeout=1.0)["ok"]:
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.02)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.stdout.read()
+
+
+@pytest.fixture
+def engine_double():
+    started = []
+
+    def start(env=None, args=(), ready=True):
+        double = RunningDouble(env, args)
+        started.append(double)
+        if ready:
+            assert double.wait_ready(), f"double did not become ready: {double.stop()}"
+        return double
+
+    yield start
+    for double in started:
+        double.stop()

@@ -1,0 +1,178 @@
+"""The engine double (a TEST DOUBLE of SGLang): start-up lines, endpoints, latency model, faults."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+from ansible.module_utils.engine_client import chat, get_json
+
+PROMPT_2K = " ".join(f"p{i}" for i in range(2000))
+
+
+def transports(output):
+    return [line.split(" via ")[1] for line in output.splitlines() if " via " in line]
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"NCCL_P2P_DISABLE": "1"}, "SHM/direct/direct"),
+        ({"NCCL_P2P_DISABLE": "1", "DOUBLE_NCCL_VERSION": "2.30.7"}, "SHM/direct"),
+        ({"NCCL_P2P_DISABLE": "0", "NCCL_CUMEM_ENABLE": "0"}, "P2P/IPC"),
+        ({"NCCL_CUMEM_ENABLE": "1"}, "P2P/CUMEM"),
+        ({"DOUBLE_FAULT": "ignore_p2p"}, "SHM/direct/direct"),
+    ],
+)
+def test_startup_lines_follow_environment(engine_double, env, expected):
+    double = engine_double(env)
+    output = double.stop()
+    seen = transports(output)
+    assert seen and set(seen) == {expected}, output
+    assert "0[0] -> 1[1]" in output and "1[1] -> 0[0]" in output, output
+    version = env.get("DOUBLE_NCCL_VERSION", "2.28.9")
+    assert f"NCCL INFO NCCL version {version}+cuda" in output
+    lines = output.splitlines()
+    ready = lines.index("The server is fired up and ready to roll!")
+    assert all(i < ready for i, line in enumerate(lines) if " via " in line)
+
+
+def test_health_is_503_while_starting_then_200(engine_double):
+    double = engine_double({"DOUBLE_STARTUP_S": "1.0"}, ready=False)
+    time.sleep(0.3)
+    assert get_json(double.url, "/health_generate")["status"] == 503
+    assert double.wait_ready()
+    assert get_json(double.url, "/health_generate")["status"] == 200
+
+
+def test_info_endpoints_report_parsed_args(engine_double):
+    double = engine_double(args=["--disable-custom-all-reduce"])
+    for path in ("/server_info", "/get_server_info"):
+        info = get_json(double.url, path)["body"]
+        assert info["tp_size"] == 2 and info["context_length"] == 8192
+        assert info["revision"] == "a" * 40 and info["disable_custom_all_reduce"] is True
+        assert info["version"] == "0.5.5"
+    models = get_json(double.url, "/v1/models")["body"]["data"]
+    assert models[0]["id"] == "test/model" and models[0]["max_model_len"] == 8192
+    assert get_json(double.url, "/model_info")["body"]["model_path"] == "test/model"
+
+
+def test_streaming_and_plain_completions_honor_max_tokens_and_usage(engine_double):
+    double = engine_double()
+    body = {"messages": [{"role": "user", "content": "one two three"}], "max_tokens": 7}
+    plain = chat(double.url, body)
+    streamed = chat(double.url, {**body, "stream": True})
+    for result in (plain, streamed):
+        assert result["ok"], result
+        assert len(result["content"].split()) == 7
+        assert result["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
+    assert streamed["chunks"] == 8  # 7 tokens and the closing chunk with usage
+
+
+def test_json_response_format_and_tool_call(engine_double):
+    double = engine_double()
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+    result = chat(double.url, {"messages": [{"role": "user", "content": "city: Oslo"}],
+                               "response_format": {"type": "json_schema",
+                                                   "json_schema": {"name": "t", "schema": schema}}})
+    assert json.loads(result["content"]) == {"city": "Oslo", "days": 1}
+    tool = {"type": "function", "function": {"name": "lookup_order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}}}}}
+    result = chat(double.url, {"messages": [{"role": "user", "content": "order_id: ORD-77"}],
+                               "tools": [tool], "stream": True})
+    call = result["tool_calls"][0]["function"]
+    assert call["name"] == "lookup_order" and json.loads(call["arguments"]) == {"order_id": "ORD-77"}
+
+
+def test_exact_word_task_and_needle(engine_double):
+    double = engine_double()
+    exact = chat(double.url, {"messages": [{"role": "user", "content": "Reply with exactly 32 code words."}],
+                              "max_tokens": 64})
+    assert len(exact["content"].split()) == 32
+    haystack = "filler The secret code is K7Q9. more filler What is the secret code?"
+    needle = chat(double.url, {"messages": [{"role": "user", "content": haystack}]})
+    assert needle["content"] == "K7Q9"
+
+
+def measure(url, n=15, tokens=8):
+    ttfts, decodes = [], []
+    for i in range(n):
+        prompt = f"u{i} " + PROMPT_2K[: len(PROMPT_2K) - len(f"u{i} ")]
+        result = chat(url, {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens,
+                            "stream": True})
+        assert result["ok"], result
+        ttfts.append(result["ttft_s"])
+        decodes.append(result["e2e_s"] - result["ttft_s"])
+    return statistics.median(ttfts), statistics.median(decodes), result["usage"]["prompt_tokens"]
+
+
+def test_latency_follows_configured_model_within_2ms(engine_double):
+    env = {"DOUBLE_BASE_TTFT_MS": "2", "DOUBLE_PREFILL_MS_PER_1K": "20", "DOUBLE_DECODE_MS_PER_TOKEN": "5"}
+    double = engine_double(env)
+    ttft, decode, prompt_tokens = measure(double.url)
+    expected_ttft = 0.002 + 0.020 * prompt_tokens / 1000
+    assert abs(ttft - expected_ttft) < 0.002, (ttft, expected_ttft)
+    assert abs(decode - 7 * 0.005) < 0.002, decode
+
+
+def test_control_effect_makes_prefill_faster_by_the_configured_fraction(engine_double):
+    env = {"DOUBLE_BASE_TTFT_MS": "0", "DOUBLE_PREFILL_MS_PER_1K": "30",
+           "DOUBLE_EFFECT_P2P": "prefill=0.25"}
+    on, _, tokens = measure(engine_double({**env, "NCCL_P2P_DISABLE": "0"}).url, n=9)
+    off, _, _ = measure(engine_double({**env, "NCCL_P2P_DISABLE": "1"}).url, n=9)
+    assert abs(off - 0.030 * tokens / 1000) < 0.002
+    assert abs(on - 0.75 * off) < 0.002, (on, off)
+
+
+def test_fault_fail_at_start_exits_with_traceback(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "fail_at_start"}, ready=False)
+    assert double.proc.wait(5) == 1
+    assert "Traceback" in double.stop()
+
+
+def test_fault_hang_before_ready_never_becomes_ready(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "hang_before_ready", "DOUBLE_STARTUP_S": "0.1"}, ready=False)
+    assert not double.wait_ready(timeout=1.0)
+    assert double.proc.poll() is None
+    assert "ready to roll" not in double.stop()
+
+
+def test_fault_crash_after_n_requests(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "crash_after:2"})
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert chat(double.url, body)["ok"]
+    chat(double.url, body)  # the second completes, then the process dies
+    assert double.proc.wait(5) == 1
+    assert not chat(double.url, body, timeout=2)["ok"]
+
+
+def test_fault_extra_word_breaks_exact_length(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "extra_word"})
+    result = chat(double.url, {"messages": [{"role": "user", "content": "exactly 32 code words"}],
+                               "max_tokens": 64})
+    assert len(result["content"].split()) == 33
+
+
+def test_fault_drift_slows_down_over_time(engine_double):
+    env = {"DOUBLE_BASE_TTFT_MS": "10", "DOUBLE_PREFILL_MS_PER_1K": "0", "DOUBLE_FAULT": "drift:30"}
+    double = engine_double(env)
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+    first = chat(double.url, body)["ttft_s"]
+    time.sleep(1.0)  # 30x per minute: +50% after one second
+    later = chat(double.url, body)["ttft_s"]
+    assert later > first * 1.3, (first, later)
+
+
+def test_fault_straggler_outlives_stop(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "straggler:30"})
+    double.stop()
+    found = subprocess.run(["pgrep", "-f", "time.sleep\\(30.0\\)"], capture_output=True, text=True)
+    pids = [int(p) for p in found.stdout.split()]
+    try:
+        assert pids, "no straggler process found after stop"
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
