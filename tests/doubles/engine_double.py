@@ -212,8 +212,10 @@ class Engine:
         for rank in range(ranks):
             peer = (rank + 1) % ranks
             for channel in range(channels):
+                # Real NCCL 2.28 prints "Channel 00/0 :" for P2P and "Channel 00 :" for SHM.
+                label = f"{channel:02d}/0" if transport.startswith("P2P") else f"{channel:02d}"
                 self.log(
-                    f"{host}:{pid}:{pid} [{rank}] NCCL INFO Channel {channel:02d} : "
+                    f"{host}:{pid}:{pid} [{rank}] NCCL INFO Channel {label} : "
                     f"{rank}[{rank}] -> {peer}[{peer}] via {transport}"
                 )
 
