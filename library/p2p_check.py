@@ -1,0 +1,284 @@
+#!/usr/bin/python
+"""Ansible module: prove the GPU peer path with bounded, byte-checked copies and collectives."""
+
+DOCUMENTATION = r"""
+---
+module: p2p_check
+short_description: Bounded, byte-checked GPU peer copies and an NCCL all-reduce A/B
+description:
+  - For every ordered GPU pair - can-access-peer, an in-process peer copy and a copy across
+    two processes through CUDA IPC, each verified byte for byte on the receiver against a
+    pattern that reached it by host copy; uni- and bi-directional bandwidth; latency.
+  - An NCCL all-reduce over the selected GPUs at each size, its sum checked, median latency
+    and bus bandwidth, run under two environment sets in a bracketed order (ABA), with the
+    transport NCCL reported in its NCCL_DEBUG=INFO log.
+  - Every worker runs in its own process group under a per-test time-out and a total
+    budget; an overrun kills the group and is reported as C(hung); wrong bytes as C(corrupt).
+  - Refuses when the GPUs hold compute processes, unless C(force).
+  - Changes no host configuration. In check mode nothing is run.
+options:
+  python:
+    description: Interpreter with torch (and nvidia-ml-py for the preflight) on the host.
+    type: str
+    default: python3
+  runtime:
+    description: Run the worker in the serving image through this runtime instead.
+    type: str
+    choices: [docker, podman]
+  image:
+    description: Serving image (pinned by digest) whose python runs the worker.
+    type: str
+  runtime_args:
+    description: Extra arguments for the runtime's run, e.g. C(--gpus all).
+    type: list
+    elements: str
+    default: ["--gpus", "all"]
+  gpus:
+    description: GPU indices to check; empty means every GPU.
+    type: list
+    elements: int
+    default: []
+  copy_bytes:
+    description: Bytes per in-process peer copy.
+    type: int
+    default: 268435456
+  ipc_bytes:
+    description: Bytes per cross-process (CUDA IPC) copy.
+    type: int
+    default: 67108864
+  copy_iters:
+    description: Copies per bandwidth sample.
+    type: int
+    default: 20
+  allreduce_sizes:
+    description: All-reduce message sizes in bytes (bf16); 43008 is a [3,7168] bf16 tensor.
+    type: list
+    elements: int
+    default: [43008, 33554432]
+  allreduce_iters:
+    description: All-reduces per timing sample.
+    type: int
+    default: 100
+  allreduce_reps:
+    description: Timing samples per size.
+    type: int
+    default: 5
+  env_sets:
+    description: Two named environment sets for the collective A/B (A is the first).
+    type: dict
+    default: {no_p2p: {NCCL_P2P_DISABLE: "1"}, p2p: {NCCL_P2P_DISABLE: "0"}}
+  bracket:
+    description: Order of the env sets, letters A and B, e.g. ABA or ABBA.
+    type: str
+    default: ABA
+  base_env:
+    description: Environment for every worker (multicast off by default).
+    type: dict
+    default: {NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"}
+  test_timeout_s:
+    description: Hard limit of one test (one worker launch); overrun kills its process group.
+    type: int
+    default: 120
+  budget_s:
+    description: Total time budget; tests that do not fit are reported as skipped.
+    type: int
+    default: 600
+  max_gpu_mem_mib:
+    description: Cap of the worker's GPU memory per GPU.
+    type: int
+    default: 4096
+  nvlink_gbps_per_link:
+    description: NVLink rate per link and direction, for the fraction of link peak.
+    type: float
+    default: 26.5625
+  force:
+    description: Run even when the GPUs hold compute processes.
+    type: bool
+    default: false
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Prove the peer path of GPUs 0 and 1 with the host's torch venv
+  p2p_check:
+    python: /opt/torch/.venv/bin/python3
+    gpus: [0, 1]
+  register: peer_path
+"""
+
+RETURN = r"""
+p2p:
+  description: The peer-path observation.
+  returned: always
+  type: dict
+  contains:
+    verdict: {description: ok, corrupt, hung, error, no_peer_access or skipped (the worst seen)., type: str}
+    pairs: {description: Per ordered pair copies, bandwidth, latency, link peak and verdict., type: list, elements: dict}
+    allreduce: {description: Bracketed runs, per-size comparison and the transport NCCL used., type: dict}
+    elapsed_s: {description: Wall time of the whole check., type: float}
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils import p2p_worker
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.p2p_orchestrator import (Budget, bracket_order, compare_brackets, free_port,
+                                                   link_peak_gbps, ordered_pairs, overall_verdict,
+                                                   pair_verdict, run_processes, transport_of)
+
+
+def validate(module):
+    p = module.params
+    for name in ("copy_bytes", "ipc_bytes", "copy_iters", "allreduce_iters", "allreduce_reps",
+                 "test_timeout_s", "budget_s", "max_gpu_mem_mib"):
+        if p[name] <= 0:
+            module.fail_json(msg=f"{name} must be positive, got {p[name]}")
+    if any(g < 0 for g in p["gpus"]) or len(set(p["gpus"])) != len(p["gpus"]):
+        module.fail_json(msg=f"gpus must be distinct non-negative indices, got {p['gpus']}")
+    if any(s <= 0 or s % 2 for s in p["allreduce_sizes"]):
+        module.fail_json(msg=f"allreduce_sizes must be positive even byte counts, got {p['allreduce_sizes']}")
+    need_mib = (3 * p["copy_bytes"] + 2 * p["ipc_bytes"] + 2 * max(p["allreduce_sizes"])) / 2**20
+    if need_mib > p["max_gpu_mem_mib"]:
+        module.fail_json(msg=f"copy_bytes/ipc_bytes/allreduce_sizes need {need_mib:.0f} MiB per GPU, "
+                             f"over max_gpu_mem_mib={p['max_gpu_mem_mib']}")
+    if len(p["env_sets"]) != 2 or not all(isinstance(v, dict) for v in p["env_sets"].values()):
+        module.fail_json(msg=f"env_sets must name exactly two dicts of variables, got {p['env_sets']}")
+    try:
+        bracket_order(p["bracket"], list(p["env_sets"]))
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    if bool(p["runtime"]) != bool(p["image"]):
+        module.fail_json(msg="runtime and image go together")
+    if p["image"] and "@sha256:" not in p["image"]:
+        module.fail_json(msg=f"image must be pinned by digest, got {p['image']}")
+
+
+def worker_command(params, worker_path, command, args, env):
+    """The argv that runs one worker subcommand, on the host or in the serving image."""
+    tail = [worker_path, command, json.dumps(args)]
+    if not params["runtime"]:
+        return [params["python"], *tail]
+    workdir = os.path.dirname(worker_path)
+    prefix = [params["runtime"], "run", "--rm", "--network=host", "--ipc=host",
+              *params["runtime_args"], "-v", f"{workdir}:{workdir}:ro"]
+    for key, value in sorted(env.items()):
+        if key in params["base_env"] or key.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_")):
+            prefix += ["-e", f"{key}={value}"]
+    return [*prefix, "--entrypoint", params["python"], params["image"], *tail]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str", "default": "python3"},
+            "runtime": {"type": "str", "choices": ["docker", "podman"]},
+            "image": {"type": "str"},
+            "runtime_args": {"type": "list", "elements": "str", "default": ["--gpus", "all"]},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "copy_bytes": {"type": "int", "default": 256 * 2**20},
+            "ipc_bytes": {"type": "int", "default": 64 * 2**20},
+            "copy_iters": {"type": "int", "default": 20},
+            "allreduce_sizes": {"type": "list", "elements": "int", "default": [43008, 32 * 2**20]},
+            "allreduce_iters": {"type": "int", "default": 100},
+            "allreduce_reps": {"type": "int", "default": 5},
+            "env_sets": {"type": "dict", "default": {"no_p2p": {"NCCL_P2P_DISABLE": "1"},
+                                                     "p2p": {"NCCL_P2P_DISABLE": "0"}}},
+            "bracket": {"type": "str", "default": "ABA"},
+            "base_env": {"type": "dict", "default": {"NCCL_NVLS_ENABLE": "0",
+                                                     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                                                     "NVSHMEM_DISABLE_NVLS": "1"}},
+            "test_timeout_s": {"type": "int", "default": 120},
+            "budget_s": {"type": "int", "default": 600},
+            "max_gpu_mem_mib": {"type": "int", "default": 4096},
+            "nvlink_gbps_per_link": {"type": "float", "default": 26.5625},
+            "force": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    validate(module)
+    if module.check_mode:
+        module.exit_json(changed=False, p2p={"verdict": "skipped", "reason": "check mode: nothing run"})
+    params = module.params
+    started = time.monotonic()
+    budget = Budget(params["budget_s"], params["test_timeout_s"])
+    worker_path = os.path.join(module.tmpdir, "p2p_worker.py")
+    with open(worker_path, "w") as handle:
+        handle.write(p2p_worker.__loader__.get_source(p2p_worker.__name__))
+    base_env = {**os.environ, **{k: str(v) for k, v in params["base_env"].items()}}
+
+    def launch(command, args, envs):
+        return run_processes([worker_command(params, worker_path, command, args, env) for env in envs],
+                             envs, budget.next_timeout())
+
+    pre = launch("preflight", {"gpus": params["gpus"] or list(range(64))}, [base_env])[0]
+    preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
+    if pre["status"] != "ok" and not params["gpus"]:
+        module.fail_json(msg="preflight failed and no gpus were given: " + pre["output"][-800:])
+    gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
+    if len(gpus) < 2:
+        module.fail_json(msg=f"need at least two GPUs, found {gpus}", preflight=preflight)
+    busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
+            if g.get("compute_processes") and g["index"] in gpus}
+    if busy and not params["force"]:
+        module.fail_json(msg=f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
+
+    pairs = ordered_pairs(gpus)
+    peer = {"status": "skipped", "result": None, "output": ""}
+    if not budget.exhausted():
+        peer = launch("peer", {"gpus": gpus, "pairs": pairs, "bytes": params["copy_bytes"],
+                               "iters": params["copy_iters"], "ipc_bytes": params["ipc_bytes"],
+                               "max_gpu_mem_mib": params["max_gpu_mem_mib"], "seed": 7}, [base_env])[0]
+    peer_result = peer["result"] or {}
+    in_process = {(r["src"], r["dst"]): r for r in peer_result.get("in_process", [])}
+    ipc = {(r["src"], r["dst"]): r for r in peer_result.get("ipc", [])}
+    pair_rows = []
+    for src, dst in pairs:
+        row = {"src": src, "dst": dst, "in_process": in_process.get((src, dst)), "ipc": ipc.get((src, dst))}
+        row["verdict"] = peer["status"] if peer["status"] in ("hung", "skipped") else \
+            pair_verdict(row["in_process"], row["ipc"])
+        link = link_peak_gbps(src, dst, preflight.get("gpus", []), params["nvlink_gbps_per_link"])
+        row["link"] = link
+        if link and row["in_process"]:
+            row["uni_fraction_of_peak"] = row["in_process"]["uni_gbps"] / link["peak_gbps"]
+            row["bidir_fraction_of_peak"] = row["in_process"]["bidir_gbps"] / (2 * link["peak_gbps"])
+        pair_rows.append(row)
+
+    runs = []
+    for name in bracket_order(params["bracket"], list(params["env_sets"])):
+        label = name
+        if budget.exhausted():
+            runs.append({"label": label, "status": "skipped", "sizes": []})
+            continue
+        port = free_port()
+        envs = [{**base_env, **{k: str(v) for k, v in params["env_sets"][name].items()},
+                 "NCCL_DEBUG": "INFO", "RANK": str(rank), "WORLD_SIZE": str(len(gpus)),
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} for rank in range(len(gpus))]
+        ranks = launch("allreduce", {"gpus": gpus, "sizes": params["allreduce_sizes"],
+                                     "iters": params["allreduce_iters"], "reps": params["allreduce_reps"],
+                                     "max_gpu_mem_mib": params["max_gpu_mem_mib"]}, envs)
+        statuses = {r["status"] for r in ranks}
+        status = "hung" if "hung" in statuses else ("ok" if statuses == {"ok"} else "error")
+        rank0 = ranks[0]["result"] or {}
+        runs.append({"label": label, "env": params["env_sets"][name], "status": status,
+                     "seconds": ranks[0]["seconds"], "sizes": rank0.get("sizes", []),
+                     "transport": transport_of([r["output"] for r in ranks]),
+                     "errors": [r["output"][-600:] for r in ranks if r["status"] != "ok"]})
+
+    result = {
+        "gpus": gpus,
+        "preflight": preflight,
+        "pairs": pair_rows,
+        "peer_status": peer["status"],
+        "peer_errors": peer["output"][-800:] if peer["status"] != "ok" else None,
+        "allreduce": {"order": params["bracket"], "env_sets": params["env_sets"], "runs": runs,
+                      "comparison": compare_brackets(runs, params["allreduce_sizes"])},
+        "elapsed_s": time.monotonic() - started,
+    }
+    result["verdict"] = overall_verdict(pair_rows, runs)
+    module.exit_json(changed=False, p2p=result)
+
+
+if __name__ == "__main__":
+    main()
