@@ -8,24 +8,27 @@ export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
 out=${OUT:-/tmp/device-out}; mkdir -p "$out"
 py=$(command -v python3)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-ap() { python3 -m ansible playbook "$@" 2>/dev/null || python3 /tmp/site/bin/ansible-playbook "$@"; }
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH LC_ALL=C.UTF-8 LANG=C.UTF-8
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+res=/tmp/results; mkdir -p $res
 common=(-i localhost, -c local -e "ansible_python_interpreter=$py" -e "observation_writer_dir=/tmp/evidence")
-nvidia-smi -L > "$out/nvidia-smi.txt"; nvidia-smi topo -m >> "$out/nvidia-smi.txt"
+nvidia-smi -L > "$res/nvidia-smi.txt"; nvidia-smi topo -m >> "$res/nvidia-smi.txt"
 
-start=$(date +%s.%N)
+start=$(date +%s%N)
 ansible-playbook "${common[@]}" playbooks/capture.yml -e capture_hosts=localhost \
-  -e host_facts_include_readings=true > "$out/capture.log" 2>&1
-echo "capture.yml rc=$? wall_s=$(echo "$(date +%s.%N) - $start" | bc)" | tee "$out/timings.txt"
+  -e host_facts_include_readings=true > "$res/capture.log" 2>&1
+echo "capture.yml rc=$? wall_ms=$(ms $start)" | tee "$res/timings.txt"
 
-python3 bench/bench_nvml_info.py 5 > "$out/bench_nvml_info.json" 2>&1
+python3 bench/bench_nvml_info.py 5 > "$res/bench_nvml_info.json" 2>&1
 
-start=$(date +%s.%N)
+start=$(date +%s%N)
 ansible-playbook "${common[@]}" playbooks/peer-path.yml -e peer_path_hosts=localhost \
-  -e "peer_path_python=$py" > "$out/peer-path.log" 2>&1
-echo "peer-path.yml rc=$? wall_s=$(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$out/timings.txt"
+  -e "peer_path_python=$py" > "$res/peer-path.log" 2>&1
+echo "peer-path.yml rc=$? wall_ms=$(ms $start)" | tee -a "$res/timings.txt"
 
-for f in /tmp/evidence/localhost/*/*.json; do cp "$f" "$out/"; done
-python3 bench/reference_p2p.py "$out/peer-path-observation.json" > "$out/reference.json" 2> "$out/reference.err"
-tail -5 "$out/capture.log" "$out/peer-path.log"; cat "$out/timings.txt" "$out/bench_nvml_info.json" "$out/reference.json"
-ls -la "$out"
+for f in /tmp/evidence/localhost/*/*.json; do cp "$f" "$res/"; done
+python3 bench/reference_p2p.py "$res/peer-path-observation.json" > "$res/reference.json" 2> "$res/reference.err"
+tail -5 "$res/capture.log" "$res/peer-path.log"; cat "$res/timings.txt" "$res/bench_nvml_info.json" "$res/reference.json"
+find /usr /opt -name 'libnccl.so*' 2>/dev/null | head > "$res/libnccl-paths.txt"
+tar -C "$res" -czf "$out/results.tar.gz" .
+cp "$res"/*.json "$res"/timings.txt "$out/" 2>/dev/null; ls -la "$res" "$out"

@@ -56,8 +56,13 @@ nccl:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nccl_facts import (decode_version, image_probe_command, loaded_version,
-                                             p2p_in_effect, parse_log)
+from ansible.module_utils.nccl_facts import (
+    decode_version,
+    image_probe_command,
+    loaded_version,
+    p2p_in_effect,
+    parse_log,
+)
 
 
 def image_versions(module, runtime, image):

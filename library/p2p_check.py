@@ -124,9 +124,18 @@ import time
 
 from ansible.module_utils import p2p_worker
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.p2p_orchestrator import (Budget, bracket_order, compare_brackets, free_port,
-                                                   link_peak_gbps, ordered_pairs, overall_verdict,
-                                                   pair_verdict, run_processes, transport_of)
+from ansible.module_utils.p2p_orchestrator import (
+    Budget,
+    bracket_order,
+    compare_brackets,
+    free_port,
+    link_peak_gbps,
+    ordered_pairs,
+    overall_verdict,
+    pair_verdict,
+    run_processes,
+    transport_of,
+)
 
 
 def validate(module):
@@ -212,7 +221,7 @@ def main():
         return run_processes([worker_command(params, worker_path, command, args, env) for env in envs],
                              envs, budget.next_timeout())
 
-    pre = launch("preflight", {"gpus": params["gpus"] or list(range(64))}, [base_env])[0]
+    pre = launch("preflight", {"gpus": params["gpus"]}, [base_env])[0]
     preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
     if pre["status"] != "ok" and not params["gpus"]:
         module.fail_json(msg="preflight failed and no gpus were given: " + pre["output"][-800:])

@@ -26,12 +26,16 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _call(fn, *args):
-    """A reading, or {"error": "..."} when NVML refuses it (not supported, no permission)."""
+def _call(nvml, name, *args):
+    """A reading, or {"error": "..."} when NVML refuses it (not supported, no permission)
+    or this nvidia-ml-py lacks the function."""
+    fn = getattr(nvml, name, None)
+    if fn is None:
+        return {"error": f"{name}: not in this nvidia-ml-py"}
     try:
         value = fn(*args)
     except Exception as exc:  # NVMLError and ctypes errors alike become a named reason
-        return {"error": f"{fn.__name__}: {exc}"}
+        return {"error": f"{name}: {type(exc).__name__}: {exc}"}
     return _text(value)
 
 
@@ -44,39 +48,39 @@ def nvml_bus_id_to_sysfs(bus_id):
 
 
 def read_gpu(nvml, index, handle):
-    pci = _call(nvml.nvmlDeviceGetPciInfo, handle)
-    memory = _call(nvml.nvmlDeviceGetMemoryInfo, handle)
+    pci = _call(nvml, "nvmlDeviceGetPciInfo", handle)
+    memory = _call(nvml, "nvmlDeviceGetMemoryInfo", handle)
     nvlinks = []
     for link in range(MAX_NVLINKS):
-        state = _call(nvml.nvmlDeviceGetNvLinkState, handle, link)
+        state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
         if isinstance(state, dict):
             continue
-        remote = _call(nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2, handle, link)
+        remote = _call(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         nvlinks.append({"link": link, "active": bool(state),
                         "remote_bus_id": None if isinstance(remote, dict) else _text(remote.busId)})
-    processes = _call(nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    processes = _call(nvml, "nvmlDeviceGetComputeRunningProcesses", handle)
     return {
         "index": index,
-        "name": _call(nvml.nvmlDeviceGetName, handle),
-        "uuid": _call(nvml.nvmlDeviceGetUUID, handle),
+        "name": _call(nvml, "nvmlDeviceGetName", handle),
+        "uuid": _call(nvml, "nvmlDeviceGetUUID", handle),
         "bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
         "memory_total": memory if isinstance(memory, dict) else memory.total,
         "memory_used": memory if isinstance(memory, dict) else memory.used,
         "power": {
-            "enforced_mw": _call(nvml.nvmlDeviceGetEnforcedPowerLimit, handle),
-            "limit_mw": _call(nvml.nvmlDeviceGetPowerManagementLimit, handle),
-            "default_mw": _call(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
-            "constraints_mw": _call(nvml.nvmlDeviceGetPowerManagementLimitConstraints, handle),
-            "usage_mw": _call(nvml.nvmlDeviceGetPowerUsage, handle),
+            "enforced_mw": _call(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle),
+            "limit_mw": _call(nvml, "nvmlDeviceGetPowerManagementLimit", handle),
+            "default_mw": _call(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", handle),
+            "constraints_mw": _call(nvml, "nvmlDeviceGetPowerManagementLimitConstraints", handle),
+            "usage_mw": _call(nvml, "nvmlDeviceGetPowerUsage", handle),
         },
         "clocks": {
-            "sm_mhz": _call(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM),
-            "mem_mhz": _call(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_MEM),
-            "sm_max_mhz": _call(nvml.nvmlDeviceGetMaxClockInfo, handle, CLOCK_SM),
-            "mem_max_mhz": _call(nvml.nvmlDeviceGetMaxClockInfo, handle, CLOCK_MEM),
+            "sm_mhz": _call(nvml, "nvmlDeviceGetClockInfo", handle, CLOCK_SM),
+            "mem_mhz": _call(nvml, "nvmlDeviceGetClockInfo", handle, CLOCK_MEM),
+            "sm_max_mhz": _call(nvml, "nvmlDeviceGetMaxClockInfo", handle, CLOCK_SM),
+            "mem_max_mhz": _call(nvml, "nvmlDeviceGetMaxClockInfo", handle, CLOCK_MEM),
         },
-        "temperature_c": _call(nvml.nvmlDeviceGetTemperature, handle, TEMPERATURE_GPU),
-        "clock_event_reasons": _call(nvml.nvmlDeviceGetCurrentClocksEventReasons, handle),
+        "temperature_c": _call(nvml, "nvmlDeviceGetTemperature", handle, TEMPERATURE_GPU),
+        "clock_event_reasons": _call(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle),
         "nvlinks": nvlinks,
         "processes": processes if isinstance(processes, dict) else [
             {"pid": p.pid, "used_memory": p.usedGpuMemory} for p in processes],
@@ -88,8 +92,8 @@ def read_readings(nvml):
     count = nvml.nvmlDeviceGetCount()
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     readings = {
-        "driver_version": _call(nvml.nvmlSystemGetDriverVersion),
-        "cuda_driver_version": _call(nvml.nvmlSystemGetCudaDriverVersion_v2),
+        "driver_version": _call(nvml, "nvmlSystemGetDriverVersion"),
+        "cuda_driver_version": _call(nvml, "nvmlSystemGetCudaDriverVersion_v2"),
         "gpus": [read_gpu(nvml, i, h) for i, h in enumerate(handles)],
         "pairs": [],
     }
@@ -99,9 +103,9 @@ def read_readings(nvml):
                 continue
             readings["pairs"].append({
                 "i": i, "j": j,
-                "p2p": {name: _call(nvml.nvmlDeviceGetP2PStatus, first, second, idx)
+                "p2p": {name: _call(nvml, "nvmlDeviceGetP2PStatus", first, second, idx)
                         for name, idx in P2P_CAPS_INDEX.items()},
-                "common_ancestor": _call(nvml.nvmlDeviceGetTopologyCommonAncestor, first, second),
+                "common_ancestor": _call(nvml, "nvmlDeviceGetTopologyCommonAncestor", first, second),
             })
     return readings
 
@@ -164,7 +168,8 @@ def summarize(readings):
             "p2p_status": status,
             # NCCL needs both READ and WRITE.
             "p2p_ok": status.get("READ") == "OK" and status.get("WRITE") == "OK",
-            "common_ancestor": TOPOLOGY_LEVEL.get(ancestor, ancestor) if isinstance(ancestor, int) else ancestor,
+            "common_ancestor": TOPOLOGY_LEVEL.get(ancestor, ancestor)
+            if isinstance(ancestor, int) else ancestor,
             "nvlinks": nvlinks,
             "topology": f"NV{nvlinks}" if nvlinks else (
                 TOPOLOGY_LEVEL.get(ancestor, "UNKNOWN") if isinstance(ancestor, int) else "UNKNOWN"),
