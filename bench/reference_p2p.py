@@ -18,6 +18,13 @@ import time
 def memcpy_peer_gbps(src, dst, nbytes, iters=20, reps=3):
     import cupy
 
+    # Without peer access cudaMemcpyPeer stages through the host; torch enables it too.
+    for this, other in ((src, dst), (dst, src)):
+        with cupy.cuda.Device(this):
+            try:
+                cupy.cuda.runtime.deviceEnablePeerAccess(other)
+            except cupy.cuda.runtime.CUDARuntimeError:
+                pass  # already enabled
     with cupy.cuda.Device(src):
         a = cupy.empty(nbytes, dtype=cupy.uint8)
     with cupy.cuda.Device(dst):

@@ -124,6 +124,25 @@ def _watts(milliwatts):
     return milliwatts / 1000 if isinstance(milliwatts, int) else None
 
 
+def nvlink_count(links_i, links_j, bus_j, nvlink_status):
+    """NVLinks between two GPUs, and how: (count, 'direct' | 'switch' | None).
+
+    Direct links name the peer's bus id. Through NVSwitch (HGX boards) the remote reads
+    FFFFFFFF:FF:FF.0 for every link; then NVML's NVLINK P2P status says whether the pair
+    talks over the fabric, and each GPU reaches a peer with all its active links, so the
+    count is the smaller of the two (nvidia-smi topo shows NV18 on an H200 pair).
+    """
+    direct = sum(1 for link in links_i if link["active"] and link["remote_bus_id"] == bus_j)
+    if direct:
+        return direct, "direct"
+    if nvlink_status == 0:
+        active_i = sum(1 for link in links_i if link["active"])
+        active_j = sum(1 for link in links_j if link["active"])
+        if active_i and active_j:
+            return min(active_i, active_j), "switch"
+    return 0, None
+
+
 def summarize_gpu(gpu):
     power = gpu["power"]
     constraints = power.get("constraints_mw")
@@ -158,8 +177,8 @@ def summarize(readings):
     pairs = []
     for pair in readings["pairs"]:
         i, j = pair["i"], pair["j"]
-        nvlinks = sum(1 for link in links_by_index[i]
-                      if link["active"] and link["remote_bus_id"] == bus_by_index[j])
+        nvlinks, via = nvlink_count(links_by_index[i], links_by_index[j], bus_by_index[j],
+                                    pair["p2p"].get("NVLINK"))
         ancestor = pair["common_ancestor"]
         status = {name: (P2P_STATUS.get(value, f"UNKNOWN({value})") if isinstance(value, int)
                          else value) for name, value in pair["p2p"].items()}
@@ -171,6 +190,7 @@ def summarize(readings):
             "common_ancestor": TOPOLOGY_LEVEL.get(ancestor, ancestor)
             if isinstance(ancestor, int) else ancestor,
             "nvlinks": nvlinks,
+            "nvlink_via": via,
             "topology": f"NV{nvlinks}" if nvlinks else (
                 TOPOLOGY_LEVEL.get(ancestor, "UNKNOWN") if isinstance(ancestor, int) else "UNKNOWN"),
         })

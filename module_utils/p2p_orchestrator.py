@@ -111,6 +111,9 @@ def link_peak_gbps(src, dst, preflight_gpus, nvlink_gbps=NVLINK_GBPS_PER_LINK):
     if not a or not b:
         return None
     links = sum(1 for remote in a.get("nvlink_remotes", []) if remote == b.get("bus_id"))
+    if not links and dst in a.get("nvlink_peers", []):
+        # Through NVSwitch every link of a GPU reaches any peer (remotes read FFFFFFFF:FF:FF.0).
+        links = min(len(a.get("nvlink_remotes", [])), len(b.get("nvlink_remotes", [])))
     if links:
         return {"kind": f"NV{links}", "peak_gbps": links * nvlink_gbps}
     gen = min(a.get("pcie_gen") or 0, b.get("pcie_gen") or 0)

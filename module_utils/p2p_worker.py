@@ -80,6 +80,16 @@ def preflight(args):
                 except Exception:  # link absent or not supported
                     continue
             gpu["nvlink_remotes"] = links
+            gpu["nvlink_peers"] = []
+            for peer in indices:
+                if peer == index:
+                    continue
+                try:
+                    other = nvml.nvmlDeviceGetHandleByIndex(peer)
+                    if nvml.nvmlDeviceGetP2PStatus(handle, other, 2) == 0:  # 2: NVLINK index
+                        gpu["nvlink_peers"].append(peer)
+                except Exception:  # status unreadable: not counted as an NVLink peer
+                    continue
             for key, fn in (("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
                             ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth)):
                 try:
