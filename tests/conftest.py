@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 sys.path.insert(0, str(REPO / "tests" / "doubles"))
 sys.path.insert(0, str(REPO / "filter_plugins"))
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+sys.path.insert(0, str(REPO / "tests"))
 
 DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"
@@ -78,3 +80,26 @@ def engine_double():
     yield start
     for double in started:
         double.stop()
+
+
+def run_playbook(playbook, extra_vars=None, inventory="localhost,", local=True, check=False, timeout=300):
+    """ansible-playbook from the repo root (its ansible.cfg), as an operator runs it."""
+    import json as _json
+
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
+               str(REPO / "playbooks" / playbook)]
+    if local:
+        command += ["-c", "local", "-e", "ansible_python_interpreter=/usr/bin/python3"]
+    if check:
+        command.append("--check")
+    if extra_vars:
+        command += ["-e", _json.dumps(extra_vars)]
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+           "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def only_run_dir(evidence, host, kind):
+    dirs = sorted((Path(evidence) / host).glob(f"{kind}-*"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]

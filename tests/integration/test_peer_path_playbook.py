@@ -1,0 +1,82 @@
+"""peer-path.yml with p2p_check's real orchestration and a TEST DOUBLE torch interpreter.
+
+The real peer-path proof runs on GPUs (tests/fixtures/h200x2-real); here the worker's
+interpreter is tests/doubles/fake_torch_python.py, so time-outs, kills and verdicts run.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from conftest import REPO, only_run_dir, run_playbook
+
+FAKE = str(REPO / "tests" / "doubles" / "fake_torch_python.py")
+
+
+def peer_path(tmp_path, mode, **extra):
+    os.environ["P2P_DOUBLE_MODE"] = mode
+    try:
+        result = run_playbook("peer-path.yml", {"peer_path_hosts": "localhost", "peer_path_python": FAKE,
+                                                "observation_writer_dir": str(tmp_path / "ev"), **extra})
+    finally:
+        del os.environ["P2P_DOUBLE_MODE"]
+    return result
+
+
+def observation(tmp_path):
+    run = only_run_dir(tmp_path / "ev", "localhost", "peer-path")
+    return json.loads((run / "peer-path-observation.json").read_text())["peer_path"]
+
+
+def test_healthy_pair_is_ok_with_transport_proof(tmp_path):
+    result = peer_path(tmp_path, "ok")
+    assert result.returncode == 0, result.stdout
+    obs = observation(tmp_path)
+    assert obs["verdict"] == "ok" and [p["verdict"] for p in obs["pairs"]] == ["ok", "ok"]
+    assert obs["pairs"][0]["link"]["kind"] == "NV18"
+    assert [r["label"] for r in obs["allreduce"]["runs"]] == ["no_p2p", "p2p", "no_p2p"]
+    by_label = {r["label"]: r["transport"] for r in obs["allreduce"]["runs"]}
+    assert by_label["p2p"]["p2p_in_effect"] and not by_label["no_p2p"]["p2p_in_effect"]
+    small = obs["allreduce"]["comparison"][0]
+    assert small["bytes"] == 43008 and small["faster"] == "p2p"
+
+
+def test_corruption_is_a_result_and_fails_the_play(tmp_path):
+    result = peer_path(tmp_path, "corrupt")
+    assert result.returncode != 0 and "peer-path verdict corrupt" in result.stdout
+    obs = observation(tmp_path)
+    assert obs["verdict"] == "corrupt"
+    assert {(p["src"], p["verdict"]) for p in obs["pairs"]} == {(0, "ok"), (1, "corrupt")}
+
+
+@pytest.mark.parametrize("mode", ["hang_peer", "hang_allreduce"])
+def test_hang_is_killed_at_the_time_out_with_its_process_group(tmp_path, mode):
+    started = time.monotonic()
+    result = peer_path(tmp_path, mode, peer_path_test_timeout_s=2, peer_path_budget_s=30)
+    assert time.monotonic() - started < 45
+    assert result.returncode != 0 and "peer-path verdict hung" in result.stdout
+    assert observation(tmp_path)["verdict"] == "hung"
+    left = subprocess.run(["pgrep", "-f", "p2p-double-grandchild"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_busy_gpus_are_refused_unless_forced(tmp_path):
+    result = peer_path(tmp_path, "busy")
+    assert result.returncode != 0 and "GPUs hold compute processes" in result.stdout and "4242" in result.stdout
+    forced = peer_path(tmp_path / "forced", "busy", peer_path_force=True)
+    assert forced.returncode == 0, forced.stdout
+
+
+def test_collective_error_is_reported(tmp_path):
+    result = peer_path(tmp_path, "error")
+    assert result.returncode != 0
+    runs = observation(tmp_path)["allreduce"]["runs"]
+    assert {r["status"] for r in runs} == {"error"}
+    assert "unhandled system error" in runs[0]["errors"][0]
+
+
+def test_memory_cap_is_checked_before_anything_runs(tmp_path):
+    result = peer_path(tmp_path, "ok", peer_path_copy_bytes=8 * 2**30)
+    assert result.returncode != 0 and "over max_gpu_mem_mib=4096" in result.stdout

@@ -1,0 +1,45 @@
+"""Filter plugins: secret and identifier redaction, the P2P support verdict."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from p2p_support import p2p_support_verdict
+from redaction import redact_identifiers, redact_secrets
+
+
+def test_secret_keys_and_assignments_are_redacted():
+    data = {"HF_TOKEN": "hf_abc", "api_key": "k", "note": "SGLANG_API_KEY=abc --api-key s3cr3t --port 1",
+            "nested": [{"password": "p"}, "DB_PASSWORD='x y'"], "empty_token": "", "count": 3}
+    out = redact_secrets(data)
+    assert out["HF_TOKEN"] == "<redacted>" and out["api_key"] == "<redacted>"
+    assert out["note"] == "SGLANG_API_KEY=<redacted> --api-key <redacted> --port 1"
+    assert out["nested"] == [{"password": "<redacted>"}, "DB_PASSWORD=<redacted>"]
+    assert out["empty_token"] == "" and out["count"] == 3
+
+
+def test_redaction_is_idempotent():
+    once = redact_secrets("TOKEN=abc")
+    assert redact_secrets(once) == once == "TOKEN=<redacted>"
+
+
+def test_identifiers_are_replaced_longest_first():
+    out = redact_identifiers({"host": "gpu-1", "fqdn": "gpu-1.example", "gpu-1": ["GPU-uuid"]},
+                             ["gpu-1", "gpu-1.example", "GPU-uuid"])
+    assert out == {"host": "<id-2>", "fqdn": "<id-0>", "<id-2>": ["<id-1>"]}
+
+
+def test_identifiers_must_be_a_list_of_strings():
+    with pytest.raises(AnsibleFilterError, match="needs a list of strings, got 'gpu-1'"):
+        redact_identifiers({}, "gpu-1")
+
+
+def test_p2p_support_verdict_bad_input_names_types():
+    with pytest.raises(AnsibleFilterError, match="got str and dict"):
+        p2p_support_verdict("x", {})
+
+
+def test_p2p_support_verdict_vm_guest_with_nvml_ok():
+    iommu = {"enabled": False, "reasons": ["no IOMMU groups"], "gpus": []}
+    nvml = {"available": True, "all_pairs_p2p_ok": True, "pairs": [{"i": 0, "j": 1, "p2p_ok": True}]}
+    verdict = p2p_support_verdict(iommu, nvml)
+    assert verdict["support_evidence"] and verdict["blockers"] == []
+    assert verdict["notes"] == ["no IOMMU groups: no IOMMU groups"]

@@ -1,0 +1,85 @@
+"""nvml_facts with real NVML readings from a 2x H200 host, replayed through RecordedNvml."""
+
+import copy
+import json
+
+import pytest
+from ansible.module_utils import nvml_facts
+from conftest import FIXTURES
+from recorded_nvml import NVML_P2P_CAPS_INDEX_READ, RecordedNvml
+
+REAL = FIXTURES / "h200x2-real"
+
+
+@pytest.fixture
+def readings():
+    observation = json.loads((REAL / "p2p-support-observation.json").read_text())
+    return observation["nvml"]["readings"]
+
+
+def test_real_readings_decode_to_names(readings):
+    result = nvml_facts.summarize(readings)
+    assert result["driver_version"] == "580.159.04" and result["cuda_driver_version"] == "13.0"
+    assert result["gpu_count"] == 2 and result["all_pairs_p2p_ok"]
+    pair = result["pairs"][0]
+    assert pair["p2p_status"] == {"READ": "OK", "WRITE": "OK", "NVLINK": "OK", "ATOMICS": "OK",
+                                  "PCI": "NOT_SUPPORTED"}
+    # NVSwitch: remotes read FFFFFFFF:FF:FF.0, nvidia-smi topo shows NV18, NVML's ancestor PHB.
+    assert pair["topology"] == "NV18" and pair["nvlink_via"] == "switch"
+    assert pair["common_ancestor"] == "PHB"
+    gpu = result["gpus"][0]
+    assert gpu["bus_id_sysfs"] == "0000:00:06.0" and gpu["name"] == "NVIDIA H200"
+    assert gpu["power_w"]["enforced"] == 700.0 and gpu["power_w"]["min"] == 200.0
+    assert gpu["clock_event_reasons"] == ["GpuIdle"] and gpu["power_or_thermal_events"] == []
+    assert gpu["active_nvlinks"] == 18
+
+
+def test_collect_inits_once_and_passes_integer_read_index(readings):
+    nvml = RecordedNvml(readings)
+    result = nvml_facts.collect(nvml)
+    assert nvml.inits == 1 and nvml.shutdowns == 1
+    assert result["available"] and result["pairs"][1]["p2p_status"]["READ"] == "OK"
+    assert result["readings"] == readings  # a faithful round trip of the recorded host
+    with pytest.raises(TypeError):  # what the library's own READ constant does
+        nvml.nvmlDeviceGetP2PStatus(0, 1, NVML_P2P_CAPS_INDEX_READ)
+
+
+def test_no_driver_is_unavailable_with_reason(readings):
+    result = nvml_facts.collect(RecordedNvml(readings, fail_init="Driver Not Loaded"))
+    assert result == {"available": False, "reason": "nvmlInit failed: Driver Not Loaded"}
+
+
+def test_no_gpu_is_unavailable(readings):
+    empty = {**readings, "gpus": [], "pairs": []}
+    result = nvml_facts.collect(RecordedNvml(empty))
+    assert result["available"] is False and result["reason"] == "NVML reports no GPUs"
+
+
+def test_missing_binding_function_and_refused_readings_are_named(readings):
+    changed = copy.deepcopy(readings)
+    changed["gpus"][0]["power"]["usage_mw"] = {"error": "Not Supported"}
+    nvml = RecordedNvml(changed, missing={"nvmlDeviceGetNvLinkRemotePciInfo"})
+    raw = nvml_facts.read_readings(nvml)
+    assert raw["gpus"][0]["power"]["usage_mw"] == {
+        "error": "nvmlDeviceGetPowerUsage: NVMLError: Not Supported"}
+    assert raw["gpus"][0]["nvlinks"][0]["remote_bus_id"] is None
+    summary = nvml_facts.summarize(raw)
+    assert summary["gpus"][0]["power_w"]["usage"] is None
+
+
+def test_clock_events_power_and_thermal():
+    assert nvml_facts.decode_clock_events(0x4 | 0x40 | 0x1) == ["GpuIdle", "SwPowerCap", "HwThermalSlowdown"]
+    assert nvml_facts.decode_clock_events({"error": "x"}) is None
+
+
+def test_p2p_not_ok_and_pcie_topology(readings):
+    changed = copy.deepcopy(readings)
+    for gpu in changed["gpus"]:
+        gpu["nvlinks"] = []
+    for pair in changed["pairs"]:
+        pair["p2p"].update({"READ": 1, "NVLINK": 5})
+        pair["common_ancestor"] = 20
+    result = nvml_facts.summarize(changed)
+    assert not result["all_pairs_p2p_ok"]
+    assert result["pairs"][0]["p2p_status"]["READ"] == "CHIPSET_NOT_SUPPORTED"
+    assert result["pairs"][0]["topology"] == "PXB"
