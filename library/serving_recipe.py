@@ -1,0 +1,176 @@
+#!/usr/bin/python
+"""Ansible module: read a serving unit as a recipe; render and check a one-control candidate."""
+
+DOCUMENTATION = r"""
+---
+module: serving_recipe
+short_description: Parse a serving unit into a recipe and compute a one-control candidate
+description:
+  - Reads the unit's fragment, drop-ins and EnvironmentFiles (through C(systemctl show)),
+    and parses them into a recipe - engine, runtime, image and digest, model and revision,
+    TP size, context length, GPUs, env, engine args. File contents never leave the host;
+    the result carries sha256 hashes and a recipe with secret values redacted.
+  - With C(change), returns the candidate unit's sections (the original with drop-ins
+    merged, one control changed, [Install] dropped, the container renamed), after
+    rendering them, parsing them back and checking that exactly one control differs.
+  - With C(compare_path), parses that unit file and fails unless it differs from the
+    original in exactly one control, naming every difference.
+  - Refuses to build a candidate from a unit holding an inline secret value (it would be
+    copied); secrets belong in an EnvironmentFile.
+  - Read-only; supports check mode.
+options:
+  unit:
+    description: The original serving unit's name.
+    type: str
+    required: true
+  change:
+    description: >-
+      One control change - kind env (name, value), arg (name a --flag, value true, a
+      string, or null to remove) or speculative (value a dict of --speculative-* flags).
+    type: dict
+  compare_path:
+    description: A rendered candidate unit file to check against the original.
+    type: path
+  require_digest:
+    description: Refuse a container image not pinned by digest (restoration must be exact).
+    type: bool
+    default: true
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Candidate that allows P2P
+  serving_recipe:
+    unit: sglang.service
+    change: {kind: env, name: NCCL_P2P_DISABLE, value: "0"}
+  register: recipe
+"""
+
+RETURN = r"""
+unit: {description: Name, fragment path, drop-in paths and state from systemctl show., type: dict, returned: always}
+files: {description: Unit, drop-ins and EnvironmentFiles with sha256 and kind., type: list, returned: always}
+recipe: {description: The parsed recipe, secrets redacted., type: dict, returned: always}
+text_redacted: {description: The unit file with secret values redacted, for diffs., type: str, returned: always}
+candidate: {description: Sections, rendered text sha256 and the one difference., type: dict, returned: when change is given}
+comparison: {description: The one difference from compare_path., type: dict, returned: when compare_path is given}
+"""
+
+import hashlib
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.unit_recipe import (
+    SECRET_NAME_RE,
+    RecipeError,
+    apply_change,
+    check_one_control,
+    inline_secrets,
+    merge_dropins,
+    parse_recipe,
+    parse_unit_text,
+    redact_argv,
+    redacted,
+    render_sections,
+    values,
+)
+
+SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
+              "InvocationID", "NeedDaemonReload", "ExecMainPID")
+
+
+def systemctl_show(module, unit):
+    rc, out, err = module.run_command(["systemctl", "show", "-p", ",".join(SHOW_PROPS), "--", unit])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if not state.get("FragmentPath"):
+        module.fail_json(msg=f"serving unit {unit!r} not found on this host (no FragmentPath)", unit=state)
+    return state
+
+
+def read(module, path, kind):
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read {kind} {path}: {exc.strerror}")
+    return data.decode("utf-8", "replace"), {"path": path, "kind": kind, "size": len(data),
+                                              "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def redact_unit_text(text):
+    out = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "Environment":
+            parts = [f"{w.split('=', 1)[0]}=<redacted>" if SECRET_NAME_RE.search(w.split("=", 1)[0]) else w
+                     for w in value.split()]
+            line = f"{key}={' '.join(parts)}"
+        elif sep and key.strip().startswith("ExecStart"):
+            line = f"{key}={' '.join(redact_argv(value.split()))}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "change": {"type": "dict"},
+            "compare_path": {"type": "path"},
+            "require_digest": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    state = systemctl_show(module, params["unit"])
+    text, unit_file = read(module, state["FragmentPath"], "unit")
+    files = [unit_file]
+    dropins = []
+    for path in state.get("DropInPaths", "").split():
+        dropin_text, info = read(module, path, "drop-in")
+        dropins.append(dropin_text)
+        files.append(info)
+    try:
+        sections = merge_dropins(parse_unit_text(text), dropins)
+        env_texts = {}
+        for ref in values(sections, "Service", "EnvironmentFile"):
+            path = ref.lstrip("-")
+            if not os.path.exists(path) and ref.startswith("-"):
+                continue  # optional file, as systemd treats "-/path"
+            env_texts[path], info = read(module, path, "EnvironmentFile")
+            files.append(info)
+        recipe = parse_recipe(sections, env_texts)
+    except RecipeError as exc:
+        module.fail_json(msg=f"cannot parse {params['unit']}: {exc}")
+    result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,
+              "recipe": redacted(recipe), "text_redacted": redact_unit_text(text)}
+    if params["require_digest"] and recipe["runtime"] != "process" and not recipe["image_digest"]:
+        module.fail_json(msg=f"image {recipe['image']!r} is not pinned by digest (@sha256:...); "
+                             "restoration must be exact", **result)
+    if params["change"] is not None:
+        secrets = inline_secrets(recipe)
+        if secrets:
+            module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
+                                 "an EnvironmentFile so a candidate can reference them without copying",
+                             **result)
+        try:
+            candidate_sections = apply_change(sections, recipe, params["change"])
+            rendered = render_sections(candidate_sections)
+            difference = check_one_control(recipe, parse_recipe(parse_unit_text(rendered), env_texts))
+        except RecipeError as exc:
+            module.fail_json(msg=f"candidate refused: {exc}", **result)
+        result["candidate"] = {"sections": candidate_sections, "difference": difference,
+                               "sha256": hashlib.sha256(rendered.encode()).hexdigest()}
+    if params["compare_path"]:
+        other_text, info = read(module, params["compare_path"], "candidate unit")
+        try:
+            other = parse_recipe(parse_unit_text(other_text), env_texts)
+            result["comparison"] = {"file": info, "difference": check_one_control(recipe, other)}
+        except RecipeError as exc:
+            module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,468 @@
+"""Serving units as recipes: parse a systemd unit (with drop-ins) into what a control is,
+apply one control change to make a candidate, and diff two recipes semantically.
+
+Pure functions; no I/O. Secrets are recognised by name (token, key, password, secret,
+credential) and never copied: a unit with an inline secret value is refused for rendering.
+"""
+
+import re
+import shlex
+
+SECRET_NAME_RE = re.compile(r"(?i)(token|secret|passw(or)?d|api[_-]?key|private[_-]?key|credential)")
+SECRET_ARGS = {"--api-key", "--hf-token", "--token"}
+REDACTED = "<redacted>"
+LIST_KEYS = {"ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost", "Environment",
+             "EnvironmentFile"}
+RUNTIMES = ("docker", "podman")
+# docker/podman run options that take a value (the rest are flags).
+RUNTIME_VALUE_OPTS = {
+    "--name", "-e", "--env", "--env-file", "--gpus", "--ipc", "--shm-size", "-v", "--volume", "-p",
+    "--publish", "--network", "--net", "--runtime", "--entrypoint", "-w", "--workdir", "-u", "--user",
+    "--ulimit", "--device", "--cpuset-cpus", "--memory", "-m", "--label", "-l", "--log-driver",
+    "--log-opt", "--restart", "--pull", "--cap-add", "--cap-drop", "--security-opt", "--mount",
+    "--hostname", "-h", "--stop-timeout", "--stop-signal", "--health-cmd", "--add-host", "--tmpfs",
+    "--cgroupns", "--pid", "--platform",
+}
+HELD = ("engine", "runtime", "image", "model", "revision", "tp_size", "context_length", "gpus",
+        "concurrency")
+ENGINE_ARG_ALIASES = {
+    "model": ("--model-path", "--model"),
+    "revision": ("--revision",),
+    "tp_size": ("--tp-size", "--tp", "--tensor-parallel-size", "-tp"),
+    "context_length": ("--context-length", "--max-model-len"),
+    "concurrency": ("--max-running-requests", "--max-num-seqs"),
+}
+CANDIDATE_SUFFIX = "-candidate"
+
+
+class RecipeError(ValueError):
+    """Bad input, with a message naming the bad value."""
+
+
+# ---- unit files ---------------------------------------------------------------------------
+
+def parse_unit_text(text):
+    """[[section, [[key, value], ...]], ...] keeping order; joins backslash continuations."""
+    sections, current = [], None
+    pending = ""
+    for raw in (text or "").splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        if line.endswith("\\") and not line.startswith(("#", ";")):
+            pending = line[:-1].rstrip() + " "
+            continue
+        pending = ""
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = [line[1:-1], []]
+            sections.append(current)
+            continue
+        if "=" not in line or current is None:
+            raise RecipeError(f"not a unit file line: {raw!r}")
+        key, _, value = line.partition("=")
+        current[1].append([key.strip(), value.strip()])
+    return sections
+
+
+def merge_dropins(sections, dropin_texts):
+    """The unit as systemd sees it: drop-in keys appended; an empty list assignment resets."""
+    merged = [[name, [list(kv) for kv in items]] for name, items in sections]
+    for text in dropin_texts:
+        for name, items in parse_unit_text(text):
+            target = next((s for s in merged if s[0] == name), None)
+            if target is None:
+                target = [name, []]
+                merged.append(target)
+            for key, value in items:
+                if key in LIST_KEYS and value == "":
+                    target[1] = [kv for kv in target[1] if kv[0] != key]
+                elif key not in LIST_KEYS:
+                    target[1] = [kv for kv in target[1] if kv[0] != key] + [[key, value]]
+                else:
+                    target[1].append([key, value])
+    return merged
+
+
+def values(sections, section, key):
+    return [v for name, items in sections if name == section for k, v in items if k == key]
+
+
+def split_command(value):
+    """ExecStart value -> (prefix, argv). Quotes and backslashes as systemd reads them;
+    $VAR/${VAR} and %-specifiers stay literal, as systemd expands them at run time."""
+    prefix = ""
+    while value and value[0] in "-@:+!":
+        prefix, value = prefix + value[0], value[1:]
+    try:
+        return prefix, shlex.split(value, posix=True)
+    except ValueError as exc:
+        raise RecipeError(f"cannot split ExecStart {value!r}: {exc}") from exc
+
+
+def quote_arg(arg):
+    if arg and not re.search(r"[\s\"'\\;]", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def join_command(argv, prefix=""):
+    return prefix + " ".join(quote_arg(a) for a in argv)
+
+
+def parse_env_assignments(value):
+    """Environment= value (several, possibly quoted, assignments) -> ordered dict."""
+    out = {}
+    try:
+        words = shlex.split(value, posix=True)
+    except ValueError as exc:
+        raise RecipeError(f"cannot split Environment={value!r}: {exc}") from exc
+    for word in words:
+        key, sep, val = word.partition("=")
+        if not sep:
+            raise RecipeError(f"Environment= entry {word!r} is not NAME=VALUE")
+        out[key] = val
+    return out
+
+
+def parse_env_file(text):
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        key, _, val = line.partition("=")
+        val = val.strip()
+        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
+            val = val[1:-1]
+        out[key.strip().removeprefix("export ").strip()] = val
+    return out
+
+
+def is_secret_name(name):
+    return bool(SECRET_NAME_RE.search(name or ""))
+
+
+def redact_env(env):
+    return {k: (REDACTED if is_secret_name(k) and v else v) for k, v in env.items()}
+
+
+# ---- recipes ------------------------------------------------------------------------------
+
+def split_runtime(argv):
+    """(runtime, runtime_opts, image, command) for docker/podman run; (process, [], None, argv)."""
+    if argv and argv[0].rsplit("/", 1)[-1] in RUNTIMES and len(argv) > 1 and argv[1] == "run":
+        i = 2
+        while i < len(argv) and argv[i].startswith("-"):
+            opt = argv[i].split("=", 1)[0]
+            i += 2 if opt in RUNTIME_VALUE_OPTS and "=" not in argv[i] else 1
+        if i >= len(argv):
+            raise RecipeError(f"{argv[0]} run without an image: {argv!r}")
+        return argv[0].rsplit("/", 1)[-1], argv[2:i], argv[i], argv[i + 1:]
+    return "process", [], None, argv
+
+
+def runtime_options(opts):
+    """[(option, value)] of docker/podman run options."""
+    pairs, i = [], 0
+    while i < len(opts):
+        opt, sep, val = opts[i].partition("=")
+        if sep:
+            pairs.append((opt, val))
+            i += 1
+        elif opt in RUNTIME_VALUE_OPTS and i + 1 < len(opts):
+            pairs.append((opt, opts[i + 1]))
+            i += 2
+        else:
+            pairs.append((opt, True))
+            i += 1
+    return pairs
+
+
+def detect_engine(command):
+    text = " ".join(command)
+    if "vllm" in text:
+        return "vllm"
+    if "sglang" in text or "engine_double" in text:
+        return "sglang"
+    return "unknown"
+
+
+def engine_args(command):
+    """Engine flags -> value (True for a bare flag), in order; positional words under '_'."""
+    args, positional, i = {}, [], 0
+    start = next((n for n, a in enumerate(command) if a.startswith("-")), len(command))
+    positional = command[:start]
+    i = start
+    while i < len(command):
+        word = command[i]
+        if word.startswith("-"):
+            flag, sep, val = word.partition("=")
+            if sep:
+                args[flag] = val
+                i += 1
+            elif i + 1 < len(command) and not command[i + 1].startswith("--"):
+                args[flag] = command[i + 1]
+                i += 2
+            else:
+                args[flag] = True
+                i += 1
+        else:
+            positional.append(word)
+            i += 1
+    return args, positional
+
+
+def parse_recipe(sections, env_files=None):
+    """What the unit runs: engine, runtime, image, model, TP, context, GPUs, env, engine args."""
+    exec_values = values(sections, "Service", "ExecStart")
+    if len(exec_values) != 1:
+        raise RecipeError(f"the unit needs exactly one ExecStart, found {len(exec_values)}")
+    prefix, argv = split_command(exec_values[0])
+    runtime, opts, image, command = split_runtime(argv)
+    unit_env = {}
+    for value in values(sections, "Service", "Environment"):
+        unit_env.update(parse_env_assignments(value))
+    file_env = {}
+    env_file_paths = [v.lstrip("-") for v in values(sections, "Service", "EnvironmentFile")]
+    for path in env_file_paths:
+        file_env.update(parse_env_file((env_files or {}).get(path, "")))
+    container_env, container_env_files, name, gpus_opt = {}, [], None, None
+    for opt, val in runtime_options(opts):
+        if opt in ("-e", "--env"):
+            key, sep, v = str(val).partition("=")
+            container_env[key] = v if sep else (unit_env.get(key) or file_env.get(key, ""))
+        elif opt == "--env-file":
+            container_env_files.append(val)
+        elif opt == "--name":
+            name = val
+        elif opt == "--gpus":
+            gpus_opt = val
+    args, positional = engine_args(command)
+    # The engine sees the container's env for a container, the unit's for a process.
+    env = container_env if runtime != "process" else {**unit_env, **file_env}
+    recipe = {
+        "runtime": runtime,
+        "engine": detect_engine(command),
+        "image": image,
+        "image_digest": image.split("@", 1)[1] if image and "@sha256:" in image else None,
+        "container_name": name,
+        "exec_prefix": prefix,
+        "argv": argv,
+        "engine_command": positional,
+        "engine_args": args,
+        "env": env,
+        "unit_env": unit_env,
+        "env_file_env": file_env,
+        "env_files": env_file_paths + container_env_files,
+        "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
+    }
+    for field, flags in ENGINE_ARG_ALIASES.items():
+        recipe[field] = next((args[f] for f in flags if f in args), None)
+    if recipe["model"] is None and positional[:2] == ["vllm", "serve"] and len(positional) > 2:
+        recipe["model"] = positional[2]
+    return recipe
+
+
+def inline_secrets(recipe):
+    """Where the unit itself holds a secret value (not a $VAR reference or an EnvironmentFile)."""
+    found = []
+    for source in ("unit_env",) + (("env",) if recipe["runtime"] != "process" else ()):
+        for key, val in recipe[source].items():
+            if is_secret_name(key) and val and not val.startswith("$") and key not in recipe["env_file_env"]:
+                found.append(f"{'Environment=' if source == 'unit_env' else '-e '}{key}")
+    for flag, val in recipe["engine_args"].items():
+        if flag in SECRET_ARGS and isinstance(val, str) and not val.startswith("$"):
+            found.append(f"engine argument {flag}")
+    return sorted(set(found))
+
+
+def redacted(recipe):
+    out = dict(recipe)
+    for key in ("env", "unit_env", "env_file_env"):
+        out[key] = redact_env(recipe[key])
+    out["engine_args"] = {k: (REDACTED if k in SECRET_ARGS and v is not True and not str(v).startswith("$")
+                              else v) for k, v in recipe["engine_args"].items()}
+    out["argv"] = redact_argv(recipe["argv"])
+    return out
+
+
+def redact_argv(argv):
+    out, hide_next = [], False
+    for word in argv:
+        if hide_next and not word.startswith("$"):
+            out.append(REDACTED)
+        else:
+            key, sep, val = word.partition("=")
+            out.append(f"{key}={REDACTED}" if sep and is_secret_name(key) and not val.startswith("$") else word)
+        hide_next = word in SECRET_ARGS
+    return out
+
+
+# ---- controls and diffs -------------------------------------------------------------------
+
+def controls(recipe):
+    """Flat control -> value map: held fields, env:NAME, arg:--flag, speculative (one group)."""
+    out = {field: recipe.get(field) for field in HELD}
+    for key, val in recipe["env"].items():
+        out[f"env:{key}"] = REDACTED if is_secret_name(key) and val else val
+    speculative = {}
+    for flag, val in recipe["engine_args"].items():
+        if flag.startswith("--speculative-"):
+            speculative[flag] = val
+        elif not any(flag in flags for flags in ENGINE_ARG_ALIASES.values()):
+            out[f"arg:{flag}"] = REDACTED if flag in SECRET_ARGS else val
+    if speculative:
+        out["speculative"] = speculative
+    return out
+
+
+def diff_recipes(original, candidate):
+    """[{control, before, after}] of every control whose value differs (absent is None)."""
+    a, b = controls(original), controls(candidate)
+    return [{"control": key, "before": a.get(key), "after": b.get(key)}
+            for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+
+
+def check_one_control(original, candidate):
+    """The single difference, or RecipeError naming every difference."""
+    differences = diff_recipes(original, candidate)
+    held = [d for d in differences if d["control"] in HELD]
+    if len(differences) != 1 or held:
+        listed = "; ".join(f"{d['control']}: {d['before']!r} -> {d['after']!r}" for d in differences) or "none"
+        reason = f"held controls changed ({', '.join(d['control'] for d in held)}); " if held else ""
+        raise RecipeError(f"a candidate must differ from the original in exactly one control; "
+                          f"{reason}found {len(differences)}: {listed}")
+    return differences[0]
+
+
+# ---- applying a change --------------------------------------------------------------------
+
+def _set_env_in_argv(argv, image_index, name, value):
+    """Rewrite or drop `-e NAME=...` in a runtime argv; add before the image when missing."""
+    out, i, done = [], 0, False
+    while i < len(argv):
+        word = argv[i]
+        if i < image_index and word in ("-e", "--env") and i + 1 < len(argv) \
+                and argv[i + 1].partition("=")[0] == name:
+            if value is not None:
+                out += [word, f"{name}={value}"]
+            done, i = True, i + 2
+            continue
+        if i < image_index and word.startswith(("--env=", "-e=")) and word.split("=", 1)[1].partition("=")[0] == name:
+            if value is not None:
+                out.append(f"--env={name}={value}")
+            done, i = True, i + 1
+            continue
+        if i == image_index and not done and value is not None:
+            out += ["-e", f"{name}={value}"]
+            done = True
+        out.append(word)
+        i += 1
+    return out
+
+
+def _set_engine_arg(command, flag, value):
+    """Drop (value None), set a bare flag (True) or set flag VALUE in an engine command."""
+    out, i = [], 0
+    while i < len(command):
+        word = command[i]
+        name = word.partition("=")[0]
+        if name == flag:
+            takes_value = "=" not in word and i + 1 < len(command) and not command[i + 1].startswith("--")
+            i += 2 if takes_value else 1
+            continue
+        out.append(word)
+        i += 1
+    if value is True:
+        out.append(flag)
+    elif value is not None:
+        out += [flag, str(value)]
+    return out
+
+
+def apply_change(sections, recipe, change):
+    """Candidate sections: the original (drop-ins merged) with one control changed,
+    [Install] dropped (a candidate is never enabled) and the container renamed.
+
+    change: {"kind": "env", "name": N, "value": V|None} or {"kind": "arg", "name": "--flag",
+    "value": True|V|None} or {"kind": "speculative", "value": {"--speculative-...": V}|None};
+    a None value removes the control.
+    """
+    kind = change.get("kind")
+    if kind not in ("env", "arg", "speculative"):
+        raise RecipeError(f"change kind must be env, arg or speculative, got {kind!r}")
+    prefix, argv = split_command(values(sections, "Service", "ExecStart")[0])
+    runtime, opts, image, command = split_runtime(argv)
+    head = argv[: len(argv) - len(command)]
+    image_index = len(head) - 1 if image else -1
+    env_lines = values(sections, "Service", "Environment")
+    name, value = change.get("name"), change.get("value")
+    if kind == "env":
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
+            raise RecipeError(f"env control name {name!r} is not a variable name")
+        in_unit = name in recipe["unit_env"]
+        if name in recipe["env_file_env"] and not in_unit:
+            raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}); "
+                              "the candidate cannot change it without copying that file")
+        if runtime != "process" and (name in recipe["env"] or not in_unit):
+            head = _set_env_in_argv(head, image_index, name, value)
+        else:
+            new_lines = []
+            for line in env_lines:
+                assignments = parse_env_assignments(line)
+                if name in assignments:
+                    if value is None:
+                        assignments.pop(name)
+                    else:
+                        assignments[name] = str(value)
+                if assignments:
+                    new_lines.append(" ".join(quote_arg(f"{k}={v}") for k, v in assignments.items()))
+            if not in_unit and value is not None:
+                new_lines.append(quote_arg(f"{name}={value}"))
+            env_lines = new_lines
+    elif kind == "arg":
+        if not str(name).startswith("-"):
+            raise RecipeError(f"arg control name {name!r} must be a --flag")
+        command = _set_engine_arg(command, name, value)
+    else:
+        for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
+            command = _set_engine_arg(command, flag, None)
+        for flag, val in (value or {}).items():
+            if not flag.startswith("--speculative-"):
+                raise RecipeError(f"speculative settings must be --speculative-* flags, got {flag!r}")
+            command = _set_engine_arg(command, flag, val)
+    if recipe["container_name"]:
+        head = [f"{w}{CANDIDATE_SUFFIX}" if i > 0 and head[i - 1] == "--name" else
+                (f"--name={recipe['container_name']}{CANDIDATE_SUFFIX}" if w == f"--name={recipe['container_name']}"
+                 else w) for i, w in enumerate(head)]
+    new_exec = join_command(head + command, prefix)
+    out = []
+    for section, items in sections:
+        if section == "Install":
+            continue
+        new_items = []
+        env_written = False
+        for key, val in items:
+            if key == "ExecStart":
+                new_items.append(["ExecStart", new_exec])
+            elif key == "Environment":
+                if not env_written:
+                    new_items += [["Environment", line] for line in env_lines]
+                    env_written = True
+            elif key == "Description" and section == "Unit":
+                new_items.append([key, f"{val} (candidate)"])
+            else:
+                new_items.append([key, val])
+        if section == "Service" and not env_written and env_lines:
+            new_items = [["Environment", line] for line in env_lines] + new_items
+        out.append([section, new_items])
+    return out
+
+
+def render_sections(sections):
+    lines = []
+    for section, items in sections:
+        lines.append(f"[{section}]")
+        lines += [f"{key}={value}" for key, value in items]
+        lines.append("")
+    return "\n".join(lines)

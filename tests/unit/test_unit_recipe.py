@@ -1,0 +1,142 @@
+"""unit_recipe with realistic serving units: docker, podman, process with drop-ins, vLLM."""
+
+import json
+
+import pytest
+from ansible.module_utils import unit_recipe as ur
+from conftest import FIXTURES
+
+UNITS = FIXTURES / "units"
+ENV = {"/etc/sglang/sglang.env": (UNITS / "sglang-process.env").read_text()}
+
+
+def load(name, dropins=()):
+    sections = ur.parse_unit_text((UNITS / name).read_text())
+    return ur.merge_dropins(sections, [(UNITS / d).read_text() for d in dropins])
+
+
+def recipe_of(name, dropins=(), env=None):
+    sections = load(name, dropins)
+    return sections, ur.parse_recipe(sections, env or ENV)
+
+
+def candidate(name, change, dropins=(), env=None):
+    sections, recipe = recipe_of(name, dropins, env)
+    text = ur.render_sections(ur.apply_change(sections, recipe, change))
+    return recipe, text, ur.parse_recipe(ur.parse_unit_text(text), env or ENV)
+
+
+def test_docker_sglang_unit_recipe():
+    _, recipe = recipe_of("sglang-docker.service")
+    assert recipe["runtime"] == "docker" and recipe["engine"] == "sglang"
+    assert recipe["image_digest"].startswith("sha256:4f1e") and recipe["container_name"] == "sglang-qwen"
+    assert recipe["model"] == "/models/Qwen3-235B-A22B-FP8" and recipe["tp_size"] == "2"
+    assert recipe["context_length"] == "393216" and recipe["gpus"] == "device=0,1"
+    assert recipe["concurrency"] == "1"
+    assert recipe["env"]["NCCL_P2P_DISABLE"] == "1" and recipe["engine_args"]["--disable-custom-all-reduce"] is True
+    override = json.loads(recipe["engine_args"]["--json-model-override-args"])
+    assert override["rope_scaling"]["factor"] == 4.0
+
+
+def test_process_unit_with_dropin_and_environment_file():
+    _, recipe = recipe_of("sglang-process.service", ["sglang-process-override.conf"])
+    assert recipe["runtime"] == "process" and recipe["gpus"] == "0,1"
+    assert recipe["env"]["NCCL_DEBUG"] == "INFO" and recipe["env"]["SGLANG_API_KEY"] == "sk-planted-secret-0001"
+    assert recipe["model"] == "/srv/models/My Model"
+    assert ur.redacted(recipe)["env"]["SGLANG_API_KEY"] == "<redacted>"
+    assert ur.inline_secrets(recipe) == []  # the secret lives in the EnvironmentFile
+
+
+def test_vllm_unit_recipe_and_inline_secret():
+    _, recipe = recipe_of("vllm-docker.service")
+    assert recipe["engine"] == "vllm" and recipe["model"] == "meta-llama/Llama-3.1-70B-Instruct"
+    assert recipe["tp_size"] == "8" and recipe["context_length"] == "65536"
+    assert ur.inline_secrets(recipe) == ["-e HF_TOKEN"]
+    assert "hf_inline_secret_0003" not in json.dumps(ur.redacted(recipe))
+
+
+@pytest.mark.parametrize("unit, change, control, before, after", [
+    ("sglang-docker.service", {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"},
+     "env:NCCL_P2P_DISABLE", "1", "0"),
+    ("sglang-docker.service", {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None},
+     "env:NCCL_CUMEM_ENABLE", "0", None),
+    ("sglang-docker.service", {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None},
+     "arg:--disable-custom-all-reduce", True, None),
+    ("sglang-podman.service", {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": None},
+     "env:NCCL_P2P_DISABLE", "1", None),
+    ("sglang-podman.service", {"kind": "speculative", "value": {"--speculative-algorithm": "EAGLE",
+                                                                "--speculative-num-steps": "5"}},
+     "speculative", {"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "3"},
+     {"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "5"}),
+    ("sglang-process.service", {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"},
+     "env:NCCL_P2P_DISABLE", "1", "0"),
+    ("sglang-process.service", {"kind": "arg", "name": "--chunked-prefill-size", "value": "4096"},
+     "arg:--chunked-prefill-size", "8192", "4096"),
+    ("vllm-docker.service", {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None},
+     "arg:--disable-custom-all-reduce", True, None),
+])
+def test_candidates_differ_by_exactly_the_declared_control(unit, change, control, before, after):
+    original, text, cand = candidate(unit, change)
+    assert ur.check_one_control(original, cand) == {"control": control, "before": before, "after": after}
+    assert "[Install]" not in text and "(candidate)" in text
+
+
+def test_candidate_keeps_quoting_of_spaces_quotes_and_json():
+    original, text, cand = candidate("sglang-docker.service",
+                                     {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    assert cand["engine_args"]["--json-model-override-args"] == original["engine_args"]["--json-model-override-args"]
+    assert '"{\\"rope_scaling\\": {\\"type\\": \\"yarn\\", \\"factor\\": 4.0}}"' in text
+    assert cand["container_name"] == "sglang-qwen-candidate"
+    _, text, cand = candidate("sglang-process.service", {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    assert cand["model"] == "/srv/models/My Model" and "${SGLANG_API_KEY}" in text
+    assert "sk-planted-secret" not in text
+
+
+def test_dropins_are_merged_into_the_candidate():
+    _, text, cand = candidate("sglang-process.service", {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"},
+                              dropins=["sglang-process-override.conf"])
+    assert cand["env"]["NCCL_DEBUG"] == "INFO" and "Restart=always" in text and "Restart=on-failure" not in text
+
+
+def test_more_than_one_difference_is_refused_naming_every_one():
+    original = recipe_of("sglang-docker.service")[1]
+    other = json.loads(json.dumps(original))
+    other["env"]["NCCL_P2P_DISABLE"] = "0"
+    other["engine_args"].pop("--disable-custom-all-reduce")
+    other["tp_size"] = "4"
+    with pytest.raises(ur.RecipeError) as error:
+        ur.check_one_control(original, other)
+    message = str(error.value)
+    assert "held controls changed (tp_size)" in message and "found 3" in message
+    assert "env:NCCL_P2P_DISABLE: '1' -> '0'" in message and "arg:--disable-custom-all-reduce: True -> None" in message
+
+
+def test_no_difference_is_refused():
+    original = recipe_of("sglang-docker.service")[1]
+    with pytest.raises(ur.RecipeError, match="found 0: none"):
+        ur.check_one_control(original, original)
+
+
+def test_control_in_an_environment_file_is_refused():
+    env = {"/etc/sglang/sglang.env": "NCCL_IB_DISABLE=1\n"}
+    sections, recipe = recipe_of("sglang-process.service", env=env)
+    with pytest.raises(ur.RecipeError, match="NCCL_IB_DISABLE is set in an EnvironmentFile"):
+        ur.apply_change(sections, recipe, {"kind": "env", "name": "NCCL_IB_DISABLE", "value": "0"})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kind": "image", "value": "x"}, "change kind must be env, arg or speculative, got 'image'"),
+    ({"kind": "env", "name": "BAD NAME", "value": "1"}, "env control name 'BAD NAME' is not a variable name"),
+    ({"kind": "arg", "name": "tp-size", "value": "4"}, "arg control name 'tp-size' must be a --flag"),
+])
+def test_bad_changes_name_the_bad_value(change, message):
+    sections, recipe = recipe_of("sglang-docker.service")
+    with pytest.raises(ur.RecipeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ur.apply_change(sections, recipe, change)
+
+
+def test_bad_unit_text_is_named():
+    with pytest.raises(ur.RecipeError, match="not a unit file line: 'garbage'"):
+        ur.parse_unit_text("[Service]\ngarbage\n")
+    with pytest.raises(ur.RecipeError, match="exactly one ExecStart, found 0"):
+        ur.parse_recipe(ur.parse_unit_text("[Service]\nType=simple\n"))
