@@ -1,0 +1,146 @@
+#!/usr/bin/python
+"""Ansible module: keep a verified copy of the original serving unit and its files on the host."""
+
+DOCUMENTATION = r"""
+---
+module: serving_snapshot
+short_description: Verified snapshot of the original unit, drop-ins and EnvironmentFiles
+description:
+  - Copies each file into C(dest)/files/ (mode 0600, directory 0700), checks every copy's
+    sha256 against its source, then writes C(dest)/manifest.json with paths, hashes, modes,
+    owners and the unit's enabled/active state. This is the restore recipe.
+  - An existing snapshot that still matches the files is kept (changed=false). One that
+    differs is never overwritten unless C(replace) - the message names each changed file
+    with both hashes.
+  - Supports check mode (reports what it would do, writes nothing).
+options:
+  unit:
+    description: The original unit's name.
+    type: str
+    required: true
+  files:
+    description: Files to keep, as returned by serving_recipe (path, kind).
+    type: list
+    elements: dict
+    required: true
+  state:
+    description: The unit's state to record (UnitFileState, ActiveState, ...).
+    type: dict
+    default: {}
+  dest:
+    description: Snapshot folder on the host.
+    type: path
+    required: true
+  replace:
+    description: Replace a snapshot whose files differ from the current ones.
+    type: bool
+    default: false
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Keep the original
+  serving_snapshot:
+    unit: sglang.service
+    files: "{{ recipe.files }}"
+    state: "{{ recipe.unit }}"
+    dest: /var/lib/serving-rollout/sglang.service
+"""
+
+RETURN = r"""
+manifest: {description: The snapshot manifest (unit, state, files with sha256)., type: dict, returned: always}
+snapshot_path: {description: Folder holding the manifest and copies., type: str, returned: always}
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(module, path):
+    try:
+        info = os.stat(path)
+        return {"path": path, "sha256": sha256_of(path), "size": info.st_size,
+                "mode": f"{info.st_mode & 0o7777:04o}", "uid": info.st_uid, "gid": info.st_gid}
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read original file {path}: {exc.strerror}")
+
+
+def write_atomic(path, data, mode):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "state": {"type": "dict", "default": {}},
+            "dest": {"type": "path", "required": True},
+            "replace": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["files"] or any("path" not in f for f in p["files"]):
+        module.fail_json(msg=f"files must be a non-empty list of {{path, kind}}, got {p['files']}")
+    manifest_path = os.path.join(p["dest"], "manifest.json")
+    current = [{**describe(module, f["path"]), "kind": f.get("kind", "file")} for f in p["files"]]
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as handle:
+            old = json.load(handle)
+        old_hashes = {f["path"]: f["sha256"] for f in old["files"]}
+        new_hashes = {f["path"]: f["sha256"] for f in current}
+        if old_hashes == new_hashes:
+            module.exit_json(changed=False, manifest=old, snapshot_path=p["dest"])
+        changed_files = [f"{path}: snapshot {old_hashes.get(path, 'absent')[:12]} now "
+                         f"{new_hashes.get(path, 'absent')[:12]}"
+                         for path in sorted(set(old_hashes) | set(new_hashes))
+                         if old_hashes.get(path) != new_hashes.get(path)]
+        if not p["replace"]:
+            module.fail_json(msg="the original changed since its snapshot; nothing was overwritten: "
+                                 + "; ".join(changed_files), snapshot=old, current=current)
+    manifest = {"schema": "serving-rollout.snapshot/v1", "unit": p["unit"],
+                "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "state": {k: p["state"].get(k) for k in ("UnitFileState", "ActiveState", "FragmentPath",
+                                                         "DropInPaths") if k in p["state"]},
+                "files": []}
+    if module.check_mode:
+        module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"])
+    files_dir = os.path.join(p["dest"], "files")
+    os.makedirs(files_dir, mode=0o700, exist_ok=True)
+    os.chmod(p["dest"], 0o700)
+    for index, info in enumerate(current):
+        copy = os.path.join(files_dir, f"{index:02d}-{os.path.basename(info['path'])}")
+        shutil.copyfile(info["path"], copy + ".tmp")
+        os.chmod(copy + ".tmp", 0o600)
+        if sha256_of(copy + ".tmp") != info["sha256"]:
+            os.remove(copy + ".tmp")
+            module.fail_json(msg=f"copy of {info['path']} does not match its source; snapshot not taken")
+        os.replace(copy + ".tmp", copy)
+        manifest["files"].append({**info, "copy": copy})
+    write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+    module.exit_json(changed=True, manifest=manifest, snapshot_path=p["dest"])
+
+
+if __name__ == "__main__":
+    main()
