@@ -1,0 +1,145 @@
+"""candidate-render.yml on the lab host: adopt, snapshot, plan, render, check/diff, refusals."""
+
+import json
+import re
+import subprocess
+
+import pytest
+from conftest import run_playbook
+
+LAB = "serving-lab-gpu-1"
+SECRET = "lab-secret-6f1d0c9e2b7a4e58"
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
+
+
+def original_state():
+    return (lab("sha256sum", "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.env").stdout,
+            lab("systemctl", "show", "-p", "InvocationID,ActiveState,UnitFileState", "sglang.service").stdout)
+
+
+def render(*extra_args, check=False, **extra_vars):
+    result = run_playbook("candidate-render.yml", extra_vars or None, inventory="inventory/lab", local=False,
+                          check=check)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def clean_lab():
+    def clean():
+        lab("rm", "-rf", "/var/lib/serving-rollout", "/etc/systemd/system/sglang-candidate.service",
+            "/etc/systemd/system/quoting.service", "/etc/systemd/system/quoting-candidate.service",
+            "/etc/systemd/system/docker-unpinned.service")
+        lab("systemctl", "daemon-reload")
+    clean()
+    before = original_state()
+    yield
+    assert original_state() == before, "the original unit or its files changed"
+    clean()
+
+
+def test_check_diff_shows_the_candidate_and_changes_nothing():
+    result = render(check=True)
+    assert result.returncode == 0, result.stdout
+    assert "-Environment=NCCL_P2P_DISABLE=1" in result.stdout
+    assert "+Environment=NCCL_P2P_DISABLE=0" in result.stdout
+    assert SECRET not in result.stdout + result.stderr
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("test", "-e", "/var/lib/serving-rollout", check=False).returncode == 1
+
+
+def test_render_writes_a_verified_static_candidate_and_converges():
+    first = render()
+    assert first.returncode == 0, first.stdout
+    assert lab("systemctl", "is-enabled", "sglang-candidate.service", check=False).stdout.strip() == "static"
+    assert lab("systemd-analyze", "verify", "/etc/systemd/system/sglang-candidate.service",
+               check=False).returncode == 0
+    manifest = json.loads(lab("cat", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout)
+    assert [f["kind"] for f in manifest["files"]] == ["unit", "EnvironmentFile", "EnvironmentFile"]
+    assert lab("stat", "-c", "%a", manifest["files"][1]["copy"]).stdout.strip() == "600"
+    assert manifest["state"]["UnitFileState"] == "enabled"
+    second = render()
+    assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", second.stdout), second.stdout
+
+
+QUOTING_UNIT = r"""[Unit]
+Description=quoting test
+
+[Service]
+Environment=NCCL_P2P_DISABLE=1
+ExecStart=/usr/bin/python3 -c "import time; time.sleep(1)" --model-path "/srv/models/My Model" \
+  --json-model-override-args "{\"rope_scaling\": {\"type\": \"yarn\"}}" \
+  --note 'single quoted "inner"' --api-key ${SGLANG_API_KEY}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def exec_argv(unit):
+    shown = lab("systemctl", "show", "-p", "ExecStart", unit).stdout
+    return re.search(r"argv\[\]=(.*?) ; ignore_errors", shown).group(1)
+
+
+def test_execstart_quoting_survives_rendering_as_systemd_reads_it():
+    lab("sh", "-c", f"cat > /etc/systemd/system/quoting.service <<'EOF'\n{QUOTING_UNIT}EOF\nsystemctl daemon-reload")
+    result = render(serving_recipe_unit="quoting.service")
+    assert result.returncode == 0, result.stdout
+    assert exec_argv("quoting-candidate.service") == exec_argv("quoting.service")
+    shown = lab("systemctl", "show", "-p", "Environment", "quoting-candidate.service").stdout
+    assert "NCCL_P2P_DISABLE=0" in shown
+
+
+def test_unknown_candidate_id_lists_the_valid_ones():
+    result = render(serving_recipe_candidate_id="nvlink-sharp")
+    assert result.returncode != 0
+    assert "unknown candidate id 'nvlink-sharp'; valid ids: cumem, custom-all-reduce, p2p" in result.stdout
+    assert lab("test", "-e", "/var/lib/serving-rollout", check=False).returncode == 1
+
+
+def test_malformed_plan_names_the_path_in_the_document(tmp_path):
+    plan = json.loads(open("plans/candidate-plan-example.json").read())
+    del plan["ordered_candidates"][1]["id"]
+    plan["schema"] = "something/v0"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = render(serving_recipe_plan_file=str(path))
+    assert result.returncode != 0
+    assert "$.ordered_candidates[1].id: must be a non-empty string" in result.stdout
+    assert "$.schema: expected 'anvil-serving.followup-candidate-plan/v1', got 'something/v0'" in result.stdout
+
+
+def test_candidate_without_its_evidence_is_refused():
+    result = render(serving_recipe_candidate_id="custom-all-reduce", serving_recipe_assumed_evidence={})
+    assert result.returncode != 0
+    assert "candidate 'custom-all-reduce' needs evidence first: a peer-path proof with verdict ok" in result.stdout
+
+
+def test_missing_original_unit_is_named():
+    result = render(serving_recipe_unit="nonexistent.service")
+    assert result.returncode != 0 and "serving unit 'nonexistent.service' not found" in result.stdout
+
+
+def test_image_not_pinned_by_digest_is_refused():
+    unit = ("[Service]\nExecStart=/usr/bin/docker run --rm --name s lmsysorg/sglang:latest "
+            "python3 -m sglang.launch_server --model-path m --tp-size 2\n")
+    lab("sh", "-c", f"printf '%s' '{unit}' > /etc/systemd/system/docker-unpinned.service && systemctl daemon-reload")
+    result = render(serving_recipe_unit="docker-unpinned.service")
+    assert result.returncode != 0
+    assert "image 'lmsysorg/sglang:latest' is not pinned by digest" in result.stdout
+
+
+def test_original_changed_since_snapshot_is_never_overwritten():
+    assert render().returncode == 0
+    lab("sh", "-c", "cp /etc/sglang/sglang.env /tmp/env.bak && echo EXTRA=1 >> /etc/sglang/sglang.env")
+    try:
+        result = render()
+        assert result.returncode != 0
+        assert "the original changed since its snapshot; nothing was overwritten: /etc/sglang/sglang.env" \
+            in result.stdout
+        kept = lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/files/01-sglang.env").stdout
+        assert "EXTRA=1" not in kept
+    finally:
+        lab("sh", "-c", "cp /tmp/env.bak /etc/sglang/sglang.env && chmod 600 /etc/sglang/sglang.env")
