@@ -52,6 +52,7 @@ manifest: {description: The snapshot manifest (unit, state, files with sha256).,
 snapshot_path: {description: Folder holding the manifest and copies., type: str, returned: always}
 """
 
+import difflib
 import hashlib
 import json
 import os
@@ -60,6 +61,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file, redact_argv
 
 
 def sha256_of(path):
@@ -77,6 +79,31 @@ def describe(module, path):
                 "mode": f"{info.st_mode & 0o7777:04o}", "uid": info.st_uid, "gid": info.st_gid}
     except OSError as exc:
         module.fail_json(msg=f"cannot read original file {path}: {exc.strerror}")
+
+
+def read_text(path):
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def redact_line(line):
+    return " ".join(redact_argv([w if not (is_secret_name(w.split("=", 1)[0]) and "=" in w)
+                                 else w.split("=", 1)[0] + "=<redacted>" for w in line.split(" ")]))
+
+
+def both_versions(entry, current_path):
+    """What changed, secrets kept out: a diff of unit text, or changed variable names."""
+    before, after = read_text(entry.get("copy", "")), read_text(current_path)
+    if entry.get("kind") == "EnvironmentFile":
+        old, new = parse_env_file(before), parse_env_file(after)
+        names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        return f"{current_path}: variables changed: {', '.join(names) or 'formatting only'}"
+    return "".join(difflib.unified_diff([redact_line(x) + "\n" for x in before.splitlines()],
+                                        [redact_line(x) + "\n" for x in after.splitlines()],
+                                        fromfile=f"snapshot of {current_path}", tofile=f"{current_path} now"))
 
 
 def write_atomic(path, data, mode):
@@ -117,8 +144,10 @@ def main():
                          for path in sorted(set(old_hashes) | set(new_hashes))
                          if old_hashes.get(path) != new_hashes.get(path)]
         if not p["replace"]:
+            versions = [both_versions(entry, entry["path"]) for entry in old["files"]
+                        if old_hashes.get(entry["path"]) != new_hashes.get(entry["path"])]
             module.fail_json(msg="the original changed since its snapshot; nothing was overwritten: "
-                                 + "; ".join(changed_files), snapshot=old, current=current)
+                                 + "; ".join(changed_files), both_versions=versions, snapshot=old, current=current)
     manifest = {"schema": "serving-rollout.snapshot/v1", "unit": p["unit"],
                 "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "state": {k: p["state"].get(k) for k in ("UnitFileState", "ActiveState", "FragmentPath",

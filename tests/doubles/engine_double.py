@@ -28,6 +28,12 @@ Configuration (environment, all optional):
       drift:F                 latencies grow by fraction F per minute since ready
       straggler[:S]           on stop, leave a child process alive S seconds (default 600)
       ignore_p2p              print SHM transport even when P2P is allowed (no effect)
+      fail_requests           answer every completion with HTTP 500
+      startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
+  DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
+                              after this process's systemd unit (from /proc/self/cgroup)
+                              adds its faults, so one unit of two sharing an
+                              EnvironmentFile can be made to fail
 """
 
 import argparse
@@ -45,6 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 READY_LINE = "The server is fired up and ready to roll!"
 STRAGGLER_NAME = "engine-double-straggler"
+WORKER_TAG = "engine-double-worker"  # in a straggler's argv, so a process scan can find it
 
 
 def parse_engine_args(argv):
@@ -74,6 +81,33 @@ def parse_faults(text):
         name, _, value = item.partition(":")
         faults[name] = value
     return faults
+
+
+def own_unit():
+    """This process's systemd unit, from its cgroup path; None outside systemd."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                name = line.strip().rsplit("/", 1)[-1]
+                if name.endswith(".service"):
+                    return name
+    except OSError:
+        pass
+    return None
+
+
+def faults_for(env):
+    """DOUBLE_FAULT plus the faults in DOUBLE_FAULT_DIR/<own unit>, if that file exists."""
+    text = env.get("DOUBLE_FAULT", "")
+    unit = own_unit()
+    if unit:
+        path = os.path.join(env.get("DOUBLE_FAULT_DIR", "/etc/engine-double/faults"), unit)
+        try:
+            with open(path) as handle:
+                text = ",".join(filter(None, [text, handle.read().strip()]))
+        except OSError:
+            pass
+    return parse_faults(text)
 
 
 def parse_effect(text):
@@ -177,7 +211,7 @@ class Engine:
     def __init__(self, args, env):
         self.args = args
         self.env = env
-        self.faults = parse_faults(env.get("DOUBLE_FAULT", ""))
+        self.faults = faults_for(env)
         self.p2p = env.get("NCCL_P2P_DISABLE", "0") != "1"
         self.cumem = env.get("NCCL_CUMEM_ENABLE", "0") == "1"
         self.custom_ar = not args.disable_custom_all_reduce
@@ -235,7 +269,7 @@ class Engine:
         if "hang_before_ready" in self.faults:
             self.log("waiting for workers (injected fault: hang_before_ready)")
             return
-        time.sleep(float(self.env.get("DOUBLE_STARTUP_S", "1.0")))
+        time.sleep(float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0")))
         self.model.ready_at = time.monotonic()
         self.ready.set()
         self.log(READY_LINE)
@@ -269,7 +303,7 @@ class Engine:
     def leave_straggler(self):
         seconds = self.faults.get("straggler") or "600"
         code = f"import time; time.sleep({float(seconds)})"
-        command = [sys.executable, "-c", code]
+        command = [sys.executable, "-c", code, WORKER_TAG]
         # Outside the unit's cgroup, like a container worker that outlives `docker run`.
         if os.path.exists("/run/systemd/system"):
             command = ["systemd-run", "--quiet", "--collect", f"--unit={STRAGGLER_NAME}",
@@ -336,7 +370,10 @@ def make_handler(engine):
             except (ValueError, KeyError) as exc:
                 self.send_json(400, {"error": f"bad request: {exc}"})
                 return
-            self.complete(body, messages)
+            if "fail_requests" in engine.faults:
+                self.send_json(500, {"error": "injected fault: fail_requests"})
+            else:
+                self.complete(body, messages)
             engine.request_done()
 
         def complete(self, body, messages):
@@ -418,6 +455,7 @@ def main(argv=None):
 
     def on_term(signum, frame):
         engine.log(f"received signal {signum}, shutting down")
+        engine.ready.clear()
         if "straggler" in engine.faults:
             engine.leave_straggler()
         threading.Thread(target=server.shutdown, daemon=True).start()

@@ -1,0 +1,92 @@
+#!/usr/bin/python
+"""Ansible module: list processes holding the GPUs (NVML, or a process scan without NVML)."""
+
+DOCUMENTATION = r"""
+---
+module: gpu_free
+short_description: List the compute processes on the GPUs
+description:
+  - With NVML (nvidia-ml-py), the compute processes of every GPU.
+  - Without it (the lab), processes whose command line matches C(pattern).
+  - Workers that outlive a stopped server are a known failure; callers retry until the
+    list is empty or a deadline passes. Read-only; supports check mode.
+options:
+  pattern:
+    description: Regular expression over /proc/*/cmdline, used when NVML is not available.
+    type: str
+    default: ""
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Wait until the GPUs are free
+  gpu_free:
+    pattern: "sglang|vllm"
+  register: gpus
+  until: gpus.processes | length == 0
+  retries: 30
+  delay: 2
+"""
+
+RETURN = r"""
+source: {description: nvml or process-scan., type: str, returned: always}
+processes: {description: pid, name and (NVML) gpu and memory of each process., type: list, returned: always}
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def nvml_processes():
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:  # no binding or no driver: the process scan answers instead
+        return None
+    try:
+        found = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                found.append({"gpu": index, "pid": proc.pid, "used_memory": proc.usedGpuMemory})
+        return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+def scan_processes(pattern):
+    regex = re.compile(pattern)
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in (me, os.getppid()):
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if cmdline and regex.search(cmdline) and "gpu_free" not in cmdline and "AnsiballZ" not in cmdline:
+            found.append({"pid": int(entry), "cmdline": cmdline[:200]})
+    return found
+
+
+def main():
+    module = AnsibleModule(argument_spec={"pattern": {"type": "str", "default": ""}}, supports_check_mode=True)
+    processes = nvml_processes()
+    if processes is not None:
+        module.exit_json(changed=False, source="nvml", processes=processes)
+    if not module.params["pattern"]:
+        module.fail_json(msg="NVML is not available and no process pattern was given to find GPU workers")
+    try:
+        found = scan_processes(module.params["pattern"])
+    except re.error as exc:
+        module.fail_json(msg=f"pattern {module.params['pattern']!r} is not a regular expression: {exc}")
+    module.exit_json(changed=False, source="process-scan", processes=found)
+
+
+if __name__ == "__main__":
+    main()
