@@ -1,0 +1,164 @@
+"""candidate.yml and rollback.yml on the lab host, under the engine double's faults.
+
+Every case ends with the original restored and proven (or, when the original was edited
+during the run, nothing overwritten), and a message naming the cause.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import REPO, run_playbook
+
+LAB = "serving-lab-gpu-1"
+UNIT = "/etc/systemd/system/sglang.service"
+FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
+LOCK = "/var/lib/serving-rollout/sglang.service.lock"
+STATE = "/var/lib/serving-rollout/sglang.service/state.json"
+FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20}
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
+
+
+def show(unit="sglang.service"):
+    out = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,InvocationID", unit).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def files_hash():
+    return lab("sha256sum", UNIT, "/etc/sglang/sglang.env", "/etc/sglang/engine-double.env").stdout
+
+
+def inject(fault):
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo '{fault}' > {FAULTS}")
+
+
+def rollout(**extra):
+    return run_playbook("candidate.yml", {**FAST, **extra}, inventory="inventory/lab", local=False)
+
+
+def assert_restored(before_invocation, before_hash):
+    state = show()
+    assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled", state
+    assert state["NRestarts"] == "0" and state["InvocationID"] != before_invocation, state
+    assert files_hash() == before_hash
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+    assert json.loads(lab("cat", STATE).stdout)["phase"] == "restored"
+
+
+@pytest.fixture(autouse=True)
+def lab_baseline():
+    lab("rm", "-f", FAULTS, LOCK)
+    if show()["ActiveState"] != "active":
+        lab("systemctl", "start", "sglang.service")
+    before = (show()["InvocationID"], files_hash())
+    yield before
+    lab("rm", "-f", FAULTS)
+    lab("pkill", "-f", "engine-double-worker", check=False)
+
+
+def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
+    result = rollout()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+    candidate_log = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
+    assert "via P2P/IPC" in candidate_log
+
+
+@pytest.mark.parametrize("fault, cause", [
+    ("fail_at_start", "Wait for the candidate's health endpoint"),
+    ("hang_before_ready", "Wait for the candidate's health endpoint"),
+    ("crash_after:1", "gate json failed (candidate)"),
+    ("ignore_p2p", "no effect: nccl_p2p not seen in the candidate's log; NCCL transport ['0<->1: SHM both directions']"),
+    ("fail_requests", "gate smoke failed (candidate): HTTP 500"),
+])
+def test_candidate_faults_restore_the_original_and_name_the_cause(lab_baseline, fault, cause):
+    inject(fault)
+    result = rollout()
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "failed and the original was restored and proven; cause:" in message
+    assert cause in message, message[-3000:]
+    assert_restored(*lab_baseline)
+
+
+def test_straggler_after_stop_is_waited_for(lab_baseline):
+    inject("straggler:6")
+    result = rollout()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "FAILED - RETRYING: [lab-gpu-1]: Wait until no worker holds the GPUs" in result.stdout
+    assert_restored(*lab_baseline)
+
+
+def test_second_concurrent_run_is_refused_naming_the_holder(lab_baseline):
+    lock = json.dumps({"run_id": "20261129T000000Z", "holder": "alice@ops-1 candidate.yml",
+                       "since": "2026-11-29T00:00:00Z"})
+    lab("sh", "-c", f"mkdir -p /var/lib/serving-rollout && echo '{lock}' > {LOCK}")
+    try:
+        result = rollout()
+        assert result.returncode != 0
+        assert ("another rollout holds /var/lib/serving-rollout/sglang.service.lock: run 20261129T000000Z "
+                "by alice@ops-1 candidate.yml since 2026-11-29T00:00:00Z") in result.stdout
+        assert show()["InvocationID"] == lab_baseline[0]  # nothing touched
+    finally:
+        lab("rm", "-f", LOCK)
+
+
+def start_background(**extra):
+    command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
+               "playbooks/candidate.yml", "-e", json.dumps({**FAST, **extra})]
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def wait_for_phase(phase, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = lab("cat", STATE, check=False).stdout
+        if state and json.loads(state)["phase"] == phase:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"phase {phase} not reached")
+
+
+def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
+    inject("startup:15")
+    proc = start_background()
+    wait_for_phase("candidate-starting")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert show()["ActiveState"] != "active"  # the original is down, the candidate starting
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+    again = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert again.returncode == 0 and show()["InvocationID"] != lab_baseline[0]
+
+
+def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
+    inject("startup:6")
+    proc = start_background()
+    wait_for_phase("candidate-starting")
+    lab("sh", "-c", f"cp {UNIT} /tmp/unit.bak && echo '# edited by an operator during the run' >> {UNIT}")
+    try:
+        output, _ = proc.communicate(timeout=180)
+        assert proc.returncode != 0
+        text = re.sub(r"\s+", " ", output)
+        assert "the original changed since its snapshot; nothing was overwritten: /etc/systemd/system/sglang.service" \
+            in text
+        assert "+# edited by an operator during the run" in output  # both versions shown
+        assert "edited by an operator" in lab("cat", UNIT).stdout  # not overwritten
+        assert show()["ActiveState"] != "active"  # nothing started from a changed original
+    finally:
+        lab("sh", "-c", f"cp /tmp/unit.bak {UNIT} && systemctl daemon-reload")
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
