@@ -3,19 +3,36 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
-image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm}
+image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm-ssh}
+port=${LAB_SSH_PORT:-2222}
+key="$here/.ssh/id_ed25519"
 name=${LAB_CONTAINER:-serving-lab-gpu-1}
 
 "$here/build-image.sh"
-if [ "$(podman container inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != "true" ]; then
+# The controller reaches the lab host over SSH on loopback, as it reaches real hosts.
+if [ ! -f "$key" ]; then
+  mkdir -p "$here/.ssh" && chmod 700 "$here/.ssh"
+  ssh-keygen -q -t ed25519 -N "" -C serving-rollout-lab -f "$key"
+fi
+running=$(podman container inspect -f '{{.State.Running}} {{.ImageName}}' "$name" 2>/dev/null || true)
+if [ "$running" != "true $image" ]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
-  echo "starting lab host $name"
-  podman run -d --name "$name" --hostname "$name" --systemd=always "$image" /sbin/init >/dev/null
+  echo "starting lab host $name (ssh on 127.0.0.1:$port)"
+  podman run -d --name "$name" --hostname "$name" --systemd=always -p "127.0.0.1:$port:22" \
+    "$image" /sbin/init >/dev/null
 fi
 for _ in $(seq 1 60); do
   state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
   case "$state" in
-    running) echo "lab host $name: systemd $state"; exit 0 ;;
+    running) podman exec -i "$name" sh -c 'mkdir -p -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys' < "$key.pub"
+             for _ in $(seq 1 40); do
+               if ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+                   -i "$key" -p "$port" root@127.0.0.1 true 2>/dev/null; then
+                 echo "lab host $name: systemd $state, ssh ready on 127.0.0.1:$port"; exit 0
+               fi
+               sleep 0.5
+             done
+             echo "lab host $name: ssh on 127.0.0.1:$port does not answer" >&2; exit 1 ;;
     degraded) echo "lab host $name: systemd degraded" >&2
               podman exec "$name" systemctl --failed --no-pager >&2; exit 1 ;;
   esac
