@@ -4,7 +4,7 @@
 DOCUMENTATION = r"""
 ---
 module: engine_gate
-short_description: Run a gate (smoke, json) against an OpenAI-compatible engine
+short_description: Run a correctness gate against an OpenAI-compatible engine
 description:
   - Runs on the serving host so the engine's API key, read there from the unit's
     EnvironmentFiles, never travels to the controller.
@@ -20,8 +20,24 @@ options:
   gate:
     description: Which gate.
     type: str
-    choices: [smoke, json]
+    choices: [contract, json, needle, server_info, smoke, tool_call]
     required: true
+  target_tokens:
+    description: Prompt size for needle and tool_call (words; the engine's usage gives the real count).
+    type: int
+    default: 4000
+  depth:
+    description: Needle depth, 0 (start) to 1 (end).
+    type: float
+    default: 0.5
+  contract_words:
+    description: Exact word count of the strict output contract.
+    type: int
+    default: 32
+  contract_pattern:
+    description: Regular expression every contract word must match.
+    type: str
+    default: "^[A-Z]+[0-9]+$"
   model:
     description: Model id sent in requests.
     type: str
@@ -62,15 +78,9 @@ RETURN = r"""
 record: {description: The gate record., type: dict, returned: always}
 """
 
-import json
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_client import chat
+from ansible.module_utils.gates import GATES, run_gate
 from ansible.module_utils.unit_recipe import parse_env_file
-
-JSON_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-               "required": ["city", "country"]}
 
 
 def api_key(module):
@@ -89,42 +99,15 @@ def api_key(module):
     module.fail_json(msg=f"{name} is not set in {module.params['env_files']}")
 
 
-def smoke(params, key):
-    body = {"model": params["model"], "messages": [{"role": "user", "content": "Say hello."}],
-            "max_tokens": 8, "temperature": 0}
-    result = chat(params["base_url"], body, api_key=key, timeout=params["timeout_s"])
-    ok = result["ok"] and bool((result["content"] or "").strip())
-    reason = result["error"] or (None if ok else "empty completion")
-    return body, {"content": result["content"], "usage": result["usage"], "status": result["status"]}, \
-        "a non-empty completion", ok, reason
-
-
-def json_gate(params, key):
-    body = {"model": params["model"], "max_tokens": 64, "temperature": 0,
-            "messages": [{"role": "user", "content": "Return the city and country of the Eiffel Tower as JSON. "
-                                                     "city: Paris country: France"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": JSON_SCHEMA}}}
-    result = chat(params["base_url"], body, api_key=key, timeout=params["timeout_s"])
-    observed = {"content": result["content"], "status": result["status"]}
-    if not result["ok"]:
-        return body, observed, "a JSON object with city and country", False, result["error"]
-    try:
-        value = json.loads(result["content"] or "")
-    except ValueError:
-        return body, observed, "a JSON object with city and country", False, "response is not JSON"
-    missing = [k for k in JSON_SCHEMA["required"] if not isinstance(value, dict) or not isinstance(value.get(k), str)]
-    reason = f"missing or non-string keys: {missing}" if missing else None
-    return body, observed, "a JSON object with city and country", not missing, reason
-
-
-GATES = {"smoke": smoke, "json": json_gate}
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
             "base_url": {"type": "str", "required": True},
             "gate": {"type": "str", "required": True, "choices": sorted(GATES)},
+            "target_tokens": {"type": "int", "default": 4000},
+            "depth": {"type": "float", "default": 0.5},
+            "contract_words": {"type": "int", "default": 32},
+            "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
             "model": {"type": "str", "default": "default"},
             "api_key_var": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
@@ -135,14 +118,15 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    key = api_key(module)
-    started = time.monotonic()
-    inputs, observed, expected, ok, reason = GATES[p["gate"]](p, key)
-    record = {"gate": p["gate"], "phase": p["phase"], "engine": p["base_url"], "inputs": inputs,
-              "observed": observed, "expected": expected, "verdict": "pass" if ok else "fail",
-              "reason": reason, "duration_s": round(time.monotonic() - started, 4)}
-    if not ok and p["fail_on_fail"]:
-        module.fail_json(msg=f"gate {p['gate']} failed ({p['phase']}): {reason}", record=record)
+    if not 0.0 <= p["depth"] <= 1.0:
+        module.fail_json(msg=f"depth must be within 0..1, got {p['depth']}")
+    if p["target_tokens"] < 16 or p["contract_words"] < 1:
+        module.fail_json(msg=f"target_tokens must be >= 16 and contract_words >= 1, got "
+                             f"{p['target_tokens']} and {p['contract_words']}")
+    options = {**p, "api_key": api_key(module)}
+    record = run_gate(p["gate"], options, phase=p["phase"])
+    if record["verdict"] != "pass" and p["fail_on_fail"]:
+        module.fail_json(msg=f"gate {p['gate']} failed ({p['phase']}): {record['reason']}", record=record)
     module.exit_json(changed=False, record=record)
 
 

@@ -30,13 +30,26 @@ EXAMPLES = r"""
 
 RETURN = r"""
 source: {description: nvml or process-scan., type: str, returned: always}
-processes: {description: pid, name and (NVML) gpu and memory of each process., type: list, returned: always}
+processes: {description: pid, systemd unit, command line or (NVML) gpu and memory of each process., type: list, returned: always}
 """
 
 import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+
+
+def unit_of(pid):
+    """The systemd unit (service or scope) a process runs in, from its cgroup path."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as handle:
+            for line in handle:
+                for part in reversed(line.strip().split("/")):
+                    if part.endswith((".service", ".scope")):
+                        return part
+    except OSError:
+        pass
+    return None
 
 
 def nvml_processes():
@@ -51,7 +64,8 @@ def nvml_processes():
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                found.append({"gpu": index, "pid": proc.pid, "used_memory": proc.usedGpuMemory})
+                found.append({"gpu": index, "pid": proc.pid, "used_memory": proc.usedGpuMemory,
+                              "unit": unit_of(proc.pid)})
         return found
     finally:
         nvml.nvmlShutdown()
@@ -70,7 +84,7 @@ def scan_processes(pattern):
         except OSError:
             continue
         if cmdline and regex.search(cmdline) and "gpu_free" not in cmdline and "AnsiballZ" not in cmdline:
-            found.append({"pid": int(entry), "cmdline": cmdline[:200]})
+            found.append({"pid": int(entry), "cmdline": cmdline[:200], "unit": unit_of(entry)})
     return found
 
 

@@ -1,0 +1,125 @@
+"""One latency cell: n streamed requests at a concurrency, fixed output length, temperature 0,
+unique prefixes, each response checked against the output contract; NVML telemetry sampled
+alongside. Per request: TTFT, E2E, decode rate, actual prompt tokens, error.
+"""
+
+import json
+import re
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.engine_client import chat as http_chat
+from ansible.module_utils.prompts import contract_prompt, with_target
+
+
+def request_record(index, result, words, pattern):
+    usage = result["usage"] or {}
+    record = {"index": index, "ttft_s": result["ttft_s"], "e2e_s": result["e2e_s"],
+              "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
+              "decode_tps": None, "error": result["error"], "contract_ok": None}
+    if result["ok"]:
+        got = (result["content"] or "").split()
+        record["contract_ok"] = len(got) == words and all(pattern.match(w) for w in got)
+        if not record["contract_ok"]:
+            record["response"] = result["content"]
+        tokens = record["completion_tokens"] or len(got)
+        if tokens > 1 and result["e2e_s"] > result["ttft_s"]:
+            record["decode_tps"] = (tokens - 1) / (result["e2e_s"] - result["ttft_s"])
+    return record
+
+
+class Telemetry:
+    """NVML samples in a background thread: power, temperature, clocks, clock-event reasons."""
+
+    def __init__(self, interval_s):
+        self.interval_s = interval_s
+        self.samples, self.reason = [], None
+        self.stop_event = threading.Event()
+        try:
+            import pynvml as nvml
+
+            nvml.nvmlInit()
+            self.nvml = nvml
+        except Exception as exc:  # no binding or driver: telemetry says so
+            self.nvml, self.reason = None, f"NVML not available: {exc}"
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        n = self.nvml
+        handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+        while not self.stop_event.is_set():
+            at = time.time()
+            for index, h in enumerate(handles):
+                try:
+                    self.samples.append({"t": at, "gpu": index, "power_w": n.nvmlDeviceGetPowerUsage(h) / 1000,
+                                         "temp_c": n.nvmlDeviceGetTemperature(h, 0),
+                                         "sm_mhz": n.nvmlDeviceGetClockInfo(h, 1),
+                                         "mem_mhz": n.nvmlDeviceGetClockInfo(h, 2),
+                                         "clock_events": n.nvmlDeviceGetCurrentClocksEventReasons(h)})
+                except Exception as exc:  # one failed reading is recorded, not fatal
+                    self.samples.append({"t": at, "gpu": index, "error": str(exc)})
+            self.stop_event.wait(self.interval_s)
+
+    def __enter__(self):
+        if self.nvml:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        if self.nvml:
+            self.thread.join()
+            self.nvml.nvmlShutdown()
+
+    def summary(self):
+        if not self.nvml:
+            return {"available": False, "reason": self.reason}
+        by_gpu = {}
+        for s in self.samples:
+            if "error" not in s:
+                by_gpu.setdefault(s["gpu"], []).append(s)
+        out = {"available": True, "samples": len(self.samples), "gpus": {}}
+        for gpu, rows in by_gpu.items():
+            events = 0
+            for r in rows:
+                events |= r["clock_events"]
+            out["gpus"][gpu] = {key: {"median": statistics.median(r[key] for r in rows),
+                                      "max": max(r[key] for r in rows)}
+                                for key in ("power_w", "temp_c", "sm_mhz", "mem_mhz")}
+            out["gpus"][gpu]["clock_events_mask"] = events
+        return out
+
+
+def run_cell(options, progress=None):
+    """Run one cell; options: base_url, model, api_key, requests, concurrency, prompt_tokens,
+    contract_words, contract_pattern, timeout_s, telemetry_interval_s, chat."""
+    chat = options.get("chat", http_chat)
+    words = options.get("contract_words", 32)
+    pattern = re.compile(options.get("contract_pattern", r"^[A-Z]+[0-9]+$"))
+    n, concurrency = options["requests"], options.get("concurrency", 1)
+
+    def one(index):
+        prompt = with_target(contract_prompt(words), options["prompt_tokens"])
+        body = {"model": options.get("model", "default"), "stream": True, "temperature": 0,
+                "max_tokens": words * 2 + 16, "messages": [{"role": "user", "content": prompt}],
+                "stream_options": {"include_usage": True}}
+        result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600))
+        return request_record(index, result, words, pattern)
+
+    started = time.monotonic()
+    records = []
+    with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, \
+            ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for record in pool.map(one, range(n)):
+            records.append(record)
+            if progress:
+                done = [r["e2e_s"] for r in records if r["error"] is None]
+                progress(json.dumps({"request": len(records), "of": n,
+                                     "elapsed_s": round(time.monotonic() - started, 2),
+                                     "running_median_e2e_s": statistics.median(done) if done else None}))
+    return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": telemetry.summary(),
+            "failures": sum(r["error"] is not None for r in records),
+            "contract_violations": [{"index": r["index"], "response": r.get("response")}
+                                    for r in records if r["contract_ok"] is False]}

@@ -1,0 +1,82 @@
+"""The ten preflight checks as a pure function, with real NVML readings from the H200 host."""
+
+import copy
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from conftest import FIXTURES
+from preflight import preflight_checks
+
+NVML = json.loads((FIXTURES / "h200x2-real" / "p2p-support-observation.json").read_text())["nvml"]
+EXPECTED = {"model": "org/model", "model_revision": "a" * 40, "tp_size": 2, "context_length": 8192,
+            "gpus": "0,1", "gpu_count": 2, "power_limit_w": 700, "nccl_version": "2.28.9"}
+
+
+def facts(**changes):
+    base = {
+        "unit": {"ActiveState": "active", "UnitFileState": "enabled", "Id": "sglang.service"},
+        "health_status": 200,
+        "server_info": {"model_path": "org/model", "revision": "a" * 40, "tp_size": 2, "context_length": 8192},
+        "recipe": {"model": "org/model", "gpus": "0,1", "container_name": None},
+        "nvml": copy.deepcopy(NVML),
+        "journal": {"nccl": {"versions": ["2.28.9"]}, "errors": []},
+        "gpu_processes": [{"pid": 10, "unit": "sglang.service"}],
+    }
+    base.update(changes)
+    return base
+
+
+def verdicts(checks):
+    return {c["check"]: c["verdict"] for c in checks}
+
+
+def test_a_healthy_pinned_host_passes_all_ten():
+    checks = preflight_checks(facts(), EXPECTED)
+    assert len(checks) == 10 and set(verdicts(checks).values()) == {"pass"}
+
+
+@pytest.mark.parametrize("change, check", [
+    ({"unit": {"ActiveState": "failed", "UnitFileState": "enabled", "Id": "sglang.service"}},
+     "unit active and enabled"),
+    ({"health_status": 503}, "health OK"),
+    ({"server_info": {"model_path": "org/other", "revision": "a" * 40, "tp_size": 2, "context_length": 8192}},
+     "model and revision as pinned"),
+    ({"server_info": {"model_path": "org/model", "revision": "a" * 40, "tp_size": 4, "context_length": 8192}},
+     "TP size"),
+    ({"server_info": {"model_path": "org/model", "revision": "a" * 40, "tp_size": 2, "context_length": 4096}},
+     "context length"),
+    ({"recipe": {"model": "org/model", "gpus": "2,3"}}, "GPU set and count"),
+    ({"journal": {"nccl": {"versions": ["2.27.3"]}, "errors": []}}, "NCCL version as pinned (from the engine's log)"),
+    ({"gpu_processes": [{"pid": 10, "unit": "sglang.service"}, {"pid": 99, "unit": "jupyter.service"}]},
+     "no foreign compute processes on the GPUs"),
+    ({"journal": {"nccl": {"versions": ["2.28.9"]}, "errors": ["NCCL WARN Cuda failure"]}},
+     "no error lines in the current invocation's journal"),
+])
+def test_each_check_fails_alone_with_observed_and_expected(change, check):
+    checks = preflight_checks(facts(**change), EXPECTED)
+    failed = [c for c in checks if c["verdict"] == "fail"]
+    assert [c["check"] for c in failed] == [check]
+    assert failed[0]["observed"] is not None or check == "health OK"
+
+
+def test_power_limit_and_thermal_events():
+    nvml = copy.deepcopy(NVML)
+    nvml["gpus"][1]["power_or_thermal_events"] = ["SwPowerCap"]
+    checks = preflight_checks(facts(nvml=nvml), {**EXPECTED, "power_limit_w": 300})
+    power = next(c for c in checks if c["check"].startswith("power limits"))
+    assert power["verdict"] == "fail" and power["observed"][0]["enforced_w"] == 700.0
+
+
+def test_without_nvml_gpu_and_power_are_skipped_only_when_allowed():
+    no_nvml = {"available": False, "reason": "nvidia-ml-py is not installed"}
+    lab = verdicts(preflight_checks(facts(nvml=no_nvml), EXPECTED, require_nvml=False))
+    assert lab["GPU set and count"] == "skipped"
+    assert lab["power limits as pinned, no power or thermal clock events"] == "skipped"
+    strict = verdicts(preflight_checks(facts(nvml=no_nvml), EXPECTED, require_nvml=True))
+    assert strict["GPU set and count"] == "fail"
+
+
+def test_missing_facts_are_named():
+    with pytest.raises(AnsibleFilterError, match=r"missing \['nvml', 'journal', 'gpu_processes'\]"):
+        preflight_checks({"unit": {}, "health_status": 200, "server_info": {}, "recipe": {}}, {})
