@@ -4,9 +4,9 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-SECRET_NAME_RE = re.compile(r"(?i)(token|secret|passw(or)?d|api[_-]?key|private[_-]?key|credential)")
+SECRET_NAME_RE = re.compile(r"(?i)(token(?!s\b|s_|izer)|secret|passw(or)?d|api[_-]?key|private[_-]?key|credential)")
 SECRET_ASSIGN_RE = re.compile(
-    r"(?i)((?:--)?[\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential)[\w.-]*"
+    r"(?i)((?:--)?[\w.-]*(?:token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential)[\w.-]*"
     r"(?:=|\s+))(?!<redacted>)(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 )
 REDACTED = "<redacted>"

@@ -62,7 +62,7 @@ from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
 from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file
 
 SECRET_TEXT_RE = re.compile(
-    r"(?i)((?:--)?[\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key)[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
+    r"(?i)((?:--)?[\w.-]*(?:token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key)[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
     r"(?!<redacted>)([^\s'\",)]+)")
 
 

@@ -14,7 +14,7 @@ ACS_FLAGS = (("SV", 0x01), ("TB", 0x02), ("RR", 0x04), ("CR", 0x08),
              ("UF", 0x10), ("EC", 0x20), ("DT", 0x40))
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 CMDLINE_KEYS = ("iommu", "iommu.passthrough", "iommu.strict", "intel_iommu", "amd_iommu")
-SECRET_ARG_RE = re.compile(r"(?i)\b([\w.-]*(?:token|key|pass(?:word)?|secret)[\w.-]*)=(\S+)")
+SECRET_ARG_RE = re.compile(r"(?i)\b([\w.-]*(?:token(?!s\b|s_|izer)|key|pass(?:word)?|secret)[\w.-]*)=(\S+)")
 
 
 def read_text(path):

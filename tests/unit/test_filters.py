@@ -43,3 +43,12 @@ def test_p2p_support_verdict_vm_guest_with_nvml_ok():
     verdict = p2p_support_verdict(iommu, nvml)
     assert verdict["support_evidence"] and verdict["blockers"] == []
     assert verdict["notes"] == ["no IOMMU groups: no IOMMU groups"]
+
+
+def test_token_counts_are_not_secrets():
+    data = {"prompt_tokens": 5, "max_tokens": 3, "usage": {"completion_tokens_details": 1}, "tokenizer": "t",
+            "HF_TOKEN": "hf_x", "note": "max_tokens=64 access_token=abc"}
+    out = redact_secrets(data)
+    assert out["prompt_tokens"] == 5 and out["max_tokens"] == 3 and out["tokenizer"] == "t"
+    assert out["usage"] == {"completion_tokens_details": 1}
+    assert out["HF_TOKEN"] == "<redacted>" and out["note"] == "max_tokens=64 access_token=<redacted>"

@@ -1,0 +1,71 @@
+#!/usr/bin/python
+"""Ansible module (controller): statistics and verdicts of matched baseline/candidate cells."""
+
+DOCUMENTATION = r"""
+---
+module: ab_verdict
+short_description: Verdicts per metric per cell and an overall decision, with numpy and scipy
+description:
+  - Run on the controller (delegate_to localhost). Per cell and metric (TTFT, E2E, decode
+    tokens/s) - n, median, p90/p99 where n allows, the relative median delta with a bootstrap
+    interval, a rank test, and better / worse / inconclusive with a minimum effect size.
+  - A cell whose responses broke the output contract is ineligible and not timed; a drift
+    between the two baseline brackets beyond C(drift_limit) makes it inconclusive; failed
+    requests are counted.
+  - The decision rule is configurable; by default acceptable only if no eligible cell is worse
+    on TTFT or E2E and at least one is better.
+options:
+  cells:
+    description: Cells as {name, baseline (list of bracket request lists), candidate (request list), contract_violations}.
+    type: list
+    elements: dict
+    required: true
+  min_effect: {description: Smallest relative change that counts., type: float, default: 0.02}
+  alpha: {description: Rank test significance level., type: float, default: 0.05}
+  drift_limit: {description: Largest allowed relative drift between baseline brackets., type: float, default: 0.05}
+  rule: {description: "Decision rule {guard: [metrics], need_better: [metrics]}.", type: dict}
+author: serving-rollout
+requirements: [numpy, scipy]
+"""
+
+EXAMPLES = r"""
+- name: Judge the cells
+  ab_verdict:
+    cells: "{{ cells }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+cells: {description: Per cell verdicts., type: list, returned: always}
+decision: {description: decision (acceptable, reject, inconclusive), rule and reasons., type: dict, returned: always}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "cells": {"type": "list", "elements": "dict", "required": True},
+            "min_effect": {"type": "float", "default": 0.02},
+            "alpha": {"type": "float", "default": 0.05},
+            "drift_limit": {"type": "float", "default": 0.05},
+            "rule": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        from ansible.module_utils.abstats import cell_verdict, decide
+    except ImportError as exc:
+        module.fail_json(msg=f"ab_verdict needs numpy and scipy on the controller: {exc}")
+    p = module.params
+    for index, cell in enumerate(p["cells"]):
+        missing = [k for k in ("name", "baseline", "candidate") if k not in cell]
+        if missing:
+            module.fail_json(msg=f"cells[{index}] lacks {missing}")
+    verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"]) for c in p["cells"]]
+    module.exit_json(changed=False, cells=verdicts, decision=decide(verdicts, p["rule"]))
+
+
+if __name__ == "__main__":
+    main()

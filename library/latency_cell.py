@@ -1,0 +1,107 @@
+#!/usr/bin/python
+"""Ansible module: run one latency cell against the engine on the host, with NVML telemetry."""
+
+DOCUMENTATION = r"""
+---
+module: latency_cell
+short_description: Run one latency cell (n streamed requests) against a serving engine
+description:
+  - Sends C(requests) streamed chat completions at C(concurrency), each a strict-contract task
+    (exactly C(contract_words) code words) padded to about C(prompt_tokens) with a unique prefix,
+    temperature 0, fixed output length.
+  - Per request - TTFT, E2E, decode tokens/s, actual prompt tokens (from the engine's usage),
+    error, and whether the response met the contract (violations are kept with the response).
+  - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
+  - Writes progress lines (request k of n, elapsed, running median) to C(progress_file).
+  - Runs on the host so the API key stays there. Sends load to the engine; changes nothing.
+options:
+  base_url: {description: Engine URL on the host., type: str, required: true}
+  name: {description: Cell name (e.g. 4k)., type: str, required: true}
+  arm: {description: Arm label (baseline-1, candidate, baseline-2)., type: str, required: true}
+  prompt_tokens: {description: Target prompt size in tokens (words)., type: int, required: true}
+  requests: {description: Requests in the cell., type: int, default: 12}
+  concurrency: {description: Requests in flight., type: int, default: 1}
+  model: {description: Model id sent in requests., type: str, default: default}
+  api_key_var: {description: Variable holding the API key in env_files., type: str}
+  env_files: {description: EnvironmentFiles to read api_key_var from., type: list, elements: path, default: []}
+  contract_words: {description: Exact word count of each answer., type: int, default: 32}
+  contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
+  timeout_s: {description: Time limit of one request., type: float, default: 600}
+  telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
+  progress_file: {description: Host file for progress lines., type: path}
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Candidate cell at 4K
+  latency_cell:
+    base_url: http://127.0.0.1:30000
+    name: 4k
+    arm: candidate
+    prompt_tokens: 4000
+"""
+
+RETURN = r"""
+cell: {description: name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s., type: dict, returned: always}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cells import run_cell
+from ansible.module_utils.unit_recipe import parse_env_file
+
+
+def api_key(module):
+    name = module.params["api_key_var"]
+    if not name:
+        return None
+    for path in module.params["env_files"]:
+        try:
+            with open(path) as handle:
+                value = parse_env_file(handle.read()).get(name)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot read EnvironmentFile {path} for {name}: {exc.strerror}")
+        if value:
+            module.no_log_values.add(value)
+            return value
+    module.fail_json(msg=f"{name} is not set in {module.params['env_files']}")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "base_url": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "arm": {"type": "str", "required": True},
+            "prompt_tokens": {"type": "int", "required": True},
+            "requests": {"type": "int", "default": 12},
+            "concurrency": {"type": "int", "default": 1},
+            "model": {"type": "str", "default": "default"},
+            "api_key_var": {"type": "str"},
+            "env_files": {"type": "list", "elements": "path", "default": []},
+            "contract_words": {"type": "int", "default": 32},
+            "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
+            "timeout_s": {"type": "float", "default": 600},
+            "telemetry_interval_s": {"type": "float", "default": 1.0},
+            "progress_file": {"type": "path"},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    for name in ("requests", "concurrency", "prompt_tokens", "contract_words"):
+        if p[name] < 1:
+            module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
+    progress = None
+    if p["progress_file"]:
+        handle = open(p["progress_file"], "a")
+
+        def progress(line):
+            handle.write(f"{p['name']} {p['arm']} {line}\n")
+            handle.flush()
+
+    result = run_cell({**p, "api_key": api_key(module)}, progress)
+    module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
+                                          "concurrency": p["concurrency"], **result})
+
+
+if __name__ == "__main__":
+    main()

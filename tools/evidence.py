@@ -1,0 +1,206 @@
+"""Run directories on the controller: decision record, result card, plot, manifest, index.
+
+  finalize RUN_DIR   write decision.json, result-card.md, cells.png, then manifest.json, and
+                     add the run to <evidence>/index.json (never overwriting a finalized run)
+  card RUN_DIR       print the result card re-rendered from the run directory
+  verify RUN_DIR     check every file against manifest.json; exit 1 naming each changed file
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+DECISION_SCHEMA = "serving-rollout.decision/v1"
+MANIFEST = "manifest.json"
+GENERATED = ("decision.json", "result-card.md", "cells.png")
+
+
+def load(run, name, default=None):
+    path = Path(run) / name
+    return json.loads(path.read_text()) if path.exists() else default
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def decision_record(run):
+    outcome = load(run, "outcome.json", {})
+    verdict = load(run, "ab-verdict.json", {}).get("decision", {"decision": "inconclusive", "reasons": []})
+    reasons = list(verdict.get("reasons", []))
+    if outcome.get("failure"):
+        reasons.insert(0, f"candidate failed: {outcome['failure']}")
+    if not outcome.get("restored"):
+        reasons.insert(0, "restoration not proven")
+    final = verdict.get("decision", "inconclusive") if not outcome.get("failure") else "reject"
+    return {"schema": DECISION_SCHEMA, "run_id": outcome.get("run_id"), "host": outcome.get("host"),
+            "candidate_id": outcome.get("candidate_id"), "verdict": final, "rule": verdict.get("rule"),
+            "reasons": reasons, "restored": bool(outcome.get("restored")),
+            "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
+            "promotion": "a separate, explicit human step (promote.yml with the run id)"}
+
+
+def pct(value):
+    return "n/a" if value is None else f"{value * 100:+.1f}%"
+
+
+def render_card(run):
+    run = Path(run)
+    outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
+    verdict, gates = load(run, "ab-verdict.json", {}), load(run, "gates.json", {})
+    preflight, restoration = load(run, "preflight.json", {}), load(run, "restoration.json", {})
+    cells, journal = load(run, "cells.json", {}).get("arms", {}), load(run, "journal-excerpts.json", {})
+    decision = decision_record(run)
+    original = recipes.get("original", {})
+    difference = recipes.get("difference") or {}
+    lines = [f"# {outcome.get('candidate_id')} candidate A/B on {outcome.get('host')}", "",
+             f"Run: {outcome.get('run_id')}", "",
+             f"Decision: **{decision['verdict']}** under the rule {json.dumps(decision['rule'])}. "
+             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", "",
+             "## Result card", "", "| Setup | Value |", "|---|---|",
+             f"| Model | {original.get('model')} @ {original.get('revision')} |",
+             f"| Engine/runtime | {original.get('engine')} / {original.get('runtime')}; image "
+             f"{original.get('image') or 'none (process)'} |",
+             f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
+             f"GPUs {original.get('gpus')} |",
+             f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+    for cell in verdict.get("cells", []):
+        tokens = sorted(r["prompt_tokens"] for arm in cells.values() for c in arm if c["name"] == cell["cell"]
+                        for r in c["requests"] if r.get("prompt_tokens"))
+        p50 = tokens[len(tokens) // 2] if tokens else None
+        if not cell.get("eligible", True):
+            lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; not timed: "
+                         f"{'; '.join(cell['reasons'])} |")
+            continue
+        metrics = cell["metrics"]
+        parts = [f"{name} {pct(metrics[key].get('delta'))} [{pct((metrics[key].get('ci') or [None])[0])}, "
+                 f"{pct((metrics[key].get('ci') or [None, None])[1])}] {metrics[key]['verdict']}"
+                 for key, name in (("ttft_s", "TTFT"), ("e2e_s", "E2E"), ("decode_tps", "decode"))
+                 if key in metrics and "delta" in metrics[key]]
+        n = metrics.get("e2e_s", {}).get("candidate", {}).get("n")
+        lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; n={n} per arm "
+                     f"(baseline bracketed twice): median {'; '.join(parts)}; baseline drift "
+                     f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']} |")
+    lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
+              "## Gates and retained failures", ""]
+    checks = preflight.get("checks", [])
+    lines.append(f"Preflight: {sum(c['verdict'] == 'pass' for c in checks)} of {len(checks)} checks passed"
+                 + (f", skipped: {', '.join(c['check'] for c in checks if c['verdict'] == 'skipped')}"
+                    if any(c["verdict"] == "skipped" for c in checks) else "") + ".")
+    for phase in ("candidate", "restored"):
+        records = gates.get(phase, [])
+        lines.append(f"{phase.capitalize()} gates: " + (", ".join(f"{r['gate']} {r['verdict']}"
+                                                                   + (f" ({r['reason']})" if r.get("reason") else "")
+                                                                   for r in records) or "none run") + ".")
+    violations = [c for c in verdict.get("cells", []) if not c.get("eligible", True)]
+    failures = [f"{c['cell']}: {c['failures']}" for c in verdict.get("cells", []) if any(c["failures"].values())]
+    lines.append(f"Retained failures: {outcome.get('failure') or 'no candidate failure'}; "
+                 f"contract violations in {len(violations)} cell(s); failed requests {failures or 'none'}.")
+    nccl = (journal.get("candidate") or {}).get("nccl") or {}
+    lines += ["", "## Evidence boundary", "",
+              f"The candidate's own start-up log reported NCCL {', '.join(nccl.get('versions', [])) or 'n/a'} "
+              f"and {'; '.join(nccl.get('summary', [])) or 'no transport lines'}.",
+              "Claims are limited to these cells: fixed-length contract output, unique prefixes, the stated "
+              "concurrency; no p99 or service-tail claim where n is small, no throughput claim.",
+              f"Restoration: original {restoration.get('state_after', {}).get('ActiveState')}/"
+              f"{restoration.get('state_after', {}).get('UnitFileState')}, NRestarts "
+              f"{restoration.get('state_after', {}).get('NRestarts')}, new invocation "
+              f"{restoration.get('state_after', {}).get('InvocationID')}, journal errors "
+              f"{restoration.get('journal_errors')}, files equal to the snapshot: "
+              f"{len(restoration.get('files', []))}.", ""]
+    return "\n".join(lines)
+
+
+def plot(run, dest):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = load(run, "cells.json", {}).get("arms", {})
+    names = [c["name"] for c in arms.get("baseline-1", [])]
+    if not names:
+        return False
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        data, labels = [], []
+        for arm in ("baseline-1", "candidate", "baseline-2"):
+            cell = next((c for c in arms.get(arm, []) if c["name"] == name), None)
+            if cell:
+                data.append([r["e2e_s"] * 1000 for r in cell["requests"] if r.get("error") is None])
+                labels.append(arm)
+        ax.boxplot(data, tick_labels=labels)
+        ax.set_title(f"cell {name}: E2E per request")
+        ax.set_ylabel("ms")
+    fig.tight_layout()
+    fig.savefig(dest, dpi=80)
+    plt.close(fig)
+    return True
+
+
+def build_manifest(run):
+    run = Path(run)
+    files = sorted(p for p in run.rglob("*") if p.is_file() and p.name != MANIFEST)
+    return {"schema": "serving-rollout.manifest/v1",
+            "files": {str(p.relative_to(run)): sha256(p) for p in files}}
+
+
+def verify(run):
+    """[(file, problem)] for every file that differs from the manifest; [] when intact."""
+    run = Path(run)
+    manifest = load(run, MANIFEST)
+    if manifest is None:
+        return [(MANIFEST, "missing")]
+    current = build_manifest(run)["files"]
+    problems = [(name, "changed") for name, digest in manifest["files"].items()
+                if name in current and current[name] != digest]
+    problems += [(name, "missing") for name in manifest["files"] if name not in current]
+    problems += [(name, "not in manifest") for name in current if name not in manifest["files"]]
+    return sorted(problems)
+
+
+def finalize(run):
+    run = Path(run)
+    if (run / MANIFEST).exists():
+        raise SystemExit(f"{run} is already finalized; run directories are never overwritten")
+    outcome = load(run, "outcome.json", {})
+    outcome.setdefault("run_id", run.name.split("-", 1)[-1])
+    outcome.setdefault("host", run.parent.name)
+    (run / "outcome.json").write_text(json.dumps(outcome, indent=2, sort_keys=True) + "\n")
+    decision = decision_record(run)
+    (run / "decision.json").write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
+    plot(run, run / "cells.png")
+    (run / "result-card.md").write_text(render_card(run))
+    (run / MANIFEST).write_text(json.dumps(build_manifest(run), indent=2, sort_keys=True) + "\n")
+    index_path = run.parent.parent / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}
+    index["runs"] = [r for r in index["runs"] if r["path"] != str(run.relative_to(run.parent.parent))]
+    index["runs"].append({"path": str(run.relative_to(run.parent.parent)), "run_id": decision["run_id"],
+                          "host": decision["host"], "candidate_id": decision["candidate_id"],
+                          "verdict": decision["verdict"]})
+    index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return decision
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify"):
+        raise SystemExit(__doc__)
+    command, run = argv
+    if not Path(run).is_dir():
+        raise SystemExit(f"no run directory at {run}")
+    if command == "finalize":
+        print(json.dumps(finalize(run)))
+    elif command == "card":
+        print(render_card(run))
+    else:
+        problems = verify(run)
+        for name, problem in problems:
+            print(f"{name}: {problem}")
+        if problems:
+            raise SystemExit(1)
+        print(f"{run}: every file matches manifest.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
