@@ -28,6 +28,10 @@ options:
       One control change - kind env (name, value), arg (name a --flag, value true, a
       string, or null to remove) or speculative (value a dict of --speculative-* flags).
     type: dict
+  promote:
+    description: Compute the change for promotion - keep [Install], description and container name.
+    type: bool
+    default: false
   compare_path:
     description: A rendered candidate unit file to check against the original.
     type: path
@@ -118,6 +122,7 @@ def main():
             "unit": {"type": "str", "required": True},
             "change": {"type": "dict"},
             "compare_path": {"type": "path"},
+            "promote": {"type": "bool", "default": False},
             "require_digest": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
@@ -155,7 +160,7 @@ def main():
                                  "an EnvironmentFile so a candidate can reference them without copying",
                              **result)
         try:
-            candidate_sections = apply_change(sections, recipe, params["change"])
+            candidate_sections = apply_change(sections, recipe, params["change"], keep_identity=params["promote"])
             rendered = render_sections(candidate_sections)
             difference = check_one_control(recipe, parse_recipe(parse_unit_text(rendered), env_texts))
         except RecipeError as exc:

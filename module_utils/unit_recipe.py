@@ -380,13 +380,14 @@ def _set_engine_arg(command, flag, value):
     return out
 
 
-def apply_change(sections, recipe, change):
+def apply_change(sections, recipe, change, keep_identity=False):
     """Candidate sections: the original (drop-ins merged) with one control changed,
     [Install] dropped (a candidate is never enabled) and the container renamed.
 
     change: {"kind": "env", "name": N, "value": V|None} or {"kind": "arg", "name": "--flag",
     "value": True|V|None} or {"kind": "speculative", "value": {"--speculative-...": V}|None};
-    a None value removes the control.
+    a None value removes the control. keep_identity (promotion) keeps [Install], the
+    description and the container name: the result replaces the original as the new default.
     """
     kind = change.get("kind")
     if kind not in ("env", "arg", "speculative"):
@@ -431,14 +432,14 @@ def apply_change(sections, recipe, change):
             if not flag.startswith("--speculative-"):
                 raise RecipeError(f"speculative settings must be --speculative-* flags, got {flag!r}")
             command = _set_engine_arg(command, flag, val)
-    if recipe["container_name"]:
+    if recipe["container_name"] and not keep_identity:
         head = [f"{w}{CANDIDATE_SUFFIX}" if i > 0 and head[i - 1] == "--name" else
                 (f"--name={recipe['container_name']}{CANDIDATE_SUFFIX}" if w == f"--name={recipe['container_name']}"
                  else w) for i, w in enumerate(head)]
     new_exec = join_command(head + command, prefix)
     out = []
     for section, items in sections:
-        if section == "Install":
+        if section == "Install" and not keep_identity:
             continue
         new_items = []
         env_written = False
@@ -449,7 +450,7 @@ def apply_change(sections, recipe, change):
                 if not env_written:
                     new_items += [["Environment", line] for line in env_lines]
                     env_written = True
-            elif key == "Description" and section == "Unit":
+            elif key == "Description" and section == "Unit" and not keep_identity:
                 new_items.append([key, f"{val} (candidate)"])
             else:
                 new_items.append([key, val])
