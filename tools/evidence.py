@@ -192,7 +192,7 @@ def main(argv):
     if command == "finalize":
         print(json.dumps(finalize(run)))
     elif command == "card":
-        print(render_card(run))
+        sys.stdout.write(render_card(run))
     else:
         problems = verify(run)
         for name, problem in problems:

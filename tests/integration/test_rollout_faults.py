@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -19,7 +20,9 @@ UNIT = "/etc/systemd/system/sglang.service"
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LOCK = "/var/lib/serving-rollout/sglang.service.lock"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
-FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20}
+EVIDENCE = tempfile.mkdtemp(prefix="rollout-faults-evidence-")
+FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
+        "rollout_cell_requests": 3}
 
 
 def lab(*command, check=True):

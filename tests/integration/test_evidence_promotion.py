@@ -1,0 +1,147 @@
+"""A full rollout's evidence on the lab host, the result card, the manifest, and promote.yml."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, run_playbook
+
+LAB = "serving-lab-gpu-1"
+SECRETS = ("lab-secret-6f1d0c9e2b7a4e58", "hf_labSecretToken0123456789abcdef")
+EVIDENCE_TOOL = [sys.executable, str(REPO / "tools" / "evidence.py")]
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
+
+
+def rollout(evidence, **extra):
+    result = run_playbook("candidate.yml", {"rollout_evidence_dir": str(evidence), "rollout_cell_requests": 6,
+                                            "rollout_ready_timeout_s": 10, **extra},
+                          inventory="inventory/lab", local=False)
+    runs = sorted((evidence / "lab-gpu-1").glob("rollout-*"))
+    return result, runs[-1]
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    evidence = tmp_path_factory.mktemp("evidence")
+    result, run = rollout(evidence)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return evidence, run
+
+
+def test_run_directory_holds_every_record_and_verifies(good_run):
+    _, run = good_run
+    names = {p.name for p in run.iterdir()}
+    assert {"outcome.json", "recipes.json", "preflight.json", "gates.json", "cells.json", "ab-verdict.json",
+            "restoration.json", "journal-excerpts.json", "decision.json", "result-card.md", "cells.png",
+            "manifest.json"} <= names
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["schema"] == "serving-rollout.decision/v1" and decision["verdict"] == "acceptable"
+    assert decision["run_id"] == run.name.removeprefix("rollout-")
+    cells = json.loads((run / "cells.json").read_text())["arms"]
+    assert set(cells) == {"baseline-1", "candidate", "baseline-2"}
+    assert all(r["prompt_tokens"] > 0 for r in cells["candidate"][0]["requests"])
+    index = json.loads((run.parent.parent / "index.json").read_text())
+    assert any(entry["run_id"] == decision["run_id"] and entry["verdict"] == "acceptable" for entry in index["runs"])
+    verify = subprocess.run([*EVIDENCE_TOOL, "verify", str(run)], capture_output=True, text=True)
+    assert verify.returncode == 0 and "every file matches" in verify.stdout
+
+
+def test_planted_secrets_never_reach_the_run_directory(good_run):
+    evidence, _ = good_run
+    for path in evidence.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(secret.encode() in data for secret in SECRETS), path
+
+
+def test_card_re_renders_from_the_run_directory(good_run):
+    _, run = good_run
+    card = subprocess.run([*EVIDENCE_TOOL, "card", str(run)], capture_output=True, text=True, check=True).stdout
+    assert card == (run / "result-card.md").read_text()
+    assert "| Delta | env:NCCL_P2P_DISABLE: '1' -> '0' |" in card
+    assert re.search(r"\| 4k target \| \d+ actual prompt tokens p50; n=6 per arm", card)
+    assert "P2P/IPC both directions, no SHM" in card
+
+
+def test_tampered_file_is_reported_by_name(good_run, tmp_path):
+    _, run = good_run
+    copy = tmp_path / run.name
+    subprocess.run(["cp", "-a", str(run), str(copy)], check=True)
+    gates = copy / "gates.json"
+    gates.write_text(gates.read_text().replace('"pass"', '"PASS"', 1))
+    result = subprocess.run([*EVIDENCE_TOOL, "verify", str(copy)], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stdout.strip() == "gates.json: changed"
+
+
+def promote(evidence, run_id, approved=None):
+    extra = {"promotion_evidence_dir": str(evidence), "promotion_run_id": run_id}
+    if approved is not None:
+        extra["promotion_approved_run_id"] = approved
+    return run_playbook("promote.yml", extra, inventory="inventory/lab", local=False)
+
+
+def unit_text():
+    return lab("cat", "/etc/systemd/system/sglang.service").stdout
+
+
+def test_promotion_refused_without_approval_or_with_the_wrong_run(good_run):
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    before = unit_text()
+    for approved in (None, "20990101T000000Z"):
+        result = promote(evidence, run_id, approved)
+        assert result.returncode != 0 and "promotion needs -e promotion_run_id=<run id>" in result.stdout
+    assert unit_text() == before
+
+
+def test_promotion_refused_for_a_failing_decision(tmp_path):
+    lab("sh", "-c", "mkdir -p /etc/engine-double/faults && echo ignore_p2p > "
+                    "/etc/engine-double/faults/sglang-candidate.service")
+    try:
+        result, run = rollout(tmp_path, rollout_cell_requests=3)
+    finally:
+        lab("rm", "-f", "/etc/engine-double/faults/sglang-candidate.service")
+    assert result.returncode != 0
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject" and decision["promotion_allowed"] is False
+    run_id = run.name.removeprefix("rollout-")
+    before = unit_text()
+    refused = promote(tmp_path, run_id, run_id)
+    assert refused.returncode != 0 and f"run {run_id} does not allow promotion: verdict reject" in refused.stdout
+    assert unit_text() == before
+
+
+def test_promotion_refused_for_tampered_evidence(good_run, tmp_path):
+    evidence, run = good_run
+    copy = tmp_path / "lab-gpu-1" / run.name
+    copy.parent.mkdir(parents=True)
+    subprocess.run(["cp", "-a", str(run), str(copy)], check=True)
+    (copy / "decision.json").write_text((copy / "decision.json").read_text().replace("acceptable", "acceptable "))
+    run_id = run.name.removeprefix("rollout-")
+    result = promote(tmp_path, run_id, run_id)
+    assert result.returncode != 0 and "decision.json: changed" in result.stdout
+
+
+def test_promote_then_rollback_returns_to_the_previous_original(good_run):
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    original = unit_text()
+    try:
+        result = promote(evidence, run_id, run_id)
+        assert result.returncode == 0, result.stdout[-3000:]
+        promoted = unit_text()
+        assert "Environment=NCCL_P2P_DISABLE=0" in promoted and f"from run {run_id}" in promoted
+        assert "[Install]" in promoted and "(candidate)" not in promoted
+        state = lab("systemctl", "show", "-p", "ActiveState,UnitFileState", "sglang.service").stdout
+        assert "ActiveState=active" in state and "UnitFileState=enabled" in state
+        again = promote(evidence, run_id, run_id)
+        assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", again.stdout), again.stdout[-2000:]
+    finally:
+        back = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert unit_text() == original

@@ -1,0 +1,53 @@
+"""tools/evidence.py on a synthetic run directory: decision records and manifest checks."""
+
+import json
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import evidence  # noqa: E402
+
+
+def write_run(tmp_path, outcome, decision):
+    run = tmp_path / "host-1" / "rollout-20261130T000000Z"
+    run.mkdir(parents=True)
+    (run / "outcome.json").write_text(json.dumps(outcome))
+    (run / "ab-verdict.json").write_text(json.dumps({"cells": [], "decision": decision}))
+    return run
+
+
+def test_failed_candidate_is_rejected_whatever_the_cells_say(tmp_path):
+    run = write_run(tmp_path, {"failure": "no effect", "restored": True},
+                    {"decision": "acceptable", "rule": {}, "reasons": []})
+    record = evidence.decision_record(run)
+    assert record["verdict"] == "reject" and not record["promotion_allowed"]
+    assert record["reasons"][0] == "candidate failed: no effect"
+
+
+def test_unproven_restoration_blocks_promotion(tmp_path):
+    run = write_run(tmp_path, {"restored": False}, {"decision": "acceptable", "rule": {}, "reasons": []})
+    record = evidence.decision_record(run)
+    assert record["verdict"] == "acceptable" and not record["promotion_allowed"]
+    assert "restoration not proven" in record["reasons"]
+
+
+def test_finalize_writes_manifest_last_and_refuses_a_second_time(tmp_path):
+    run = write_run(tmp_path, {"restored": True}, {"decision": "inconclusive", "rule": {}, "reasons": []})
+    evidence.finalize(run)
+    manifest = json.loads((run / "manifest.json").read_text())["files"]
+    assert {"decision.json", "result-card.md", "outcome.json", "ab-verdict.json"} <= set(manifest)
+    assert evidence.verify(run) == []
+    with pytest.raises(SystemExit, match="already finalized"):
+        evidence.finalize(run)
+
+
+def test_verify_names_changed_missing_and_extra_files(tmp_path):
+    run = write_run(tmp_path, {"restored": True}, {"decision": "inconclusive", "rule": {}, "reasons": []})
+    evidence.finalize(run)
+    (run / "outcome.json").write_text("{}")
+    (run / "result-card.md").unlink()
+    (run / "extra.txt").write_text("x")
+    assert evidence.verify(run) == [("extra.txt", "not in manifest"), ("outcome.json", "changed"),
+                                    ("result-card.md", "missing")]
