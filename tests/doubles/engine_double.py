@@ -11,7 +11,8 @@ Configuration (environment, all optional):
   DOUBLE_BASE_TTFT_MS         fixed part of time to first token (default 2.0)
   DOUBLE_PREFILL_MS_PER_1K    prefill time per 1000 prompt tokens (default 20.0)
   DOUBLE_DECODE_MS_PER_TOKEN  decode time per output token (default 5.0)
-  DOUBLE_NOISE                relative sigma of multiplicative gaussian noise (default 0)
+  DOUBLE_NOISE                relative sigma of multiplicative gaussian noise per step (default 0)
+  DOUBLE_REQUEST_NOISE        relative sigma of one gaussian factor per request (default 0)
   DOUBLE_SEED                 seed of the noise (default 0)
   DOUBLE_EFFECT_<CONTROL>     effect of a control when it is ON, as
                               "prefill=0.05,decode=0.02" (fractions faster; negative
@@ -128,6 +129,7 @@ class LatencyModel:
         self.prefill_per_1k = float(env.get("DOUBLE_PREFILL_MS_PER_1K", "20.0")) / 1000
         self.decode_per_token = float(env.get("DOUBLE_DECODE_MS_PER_TOKEN", "5.0")) / 1000
         self.noise = float(env.get("DOUBLE_NOISE", "0"))
+        self.request_noise = float(env.get("DOUBLE_REQUEST_NOISE", "0"))
         self.rng = random.Random(int(env.get("DOUBLE_SEED", "0")))
         self.lock = threading.Lock()
         self.prefill_factor = 1.0
@@ -145,6 +147,13 @@ class LatencyModel:
             return 1.0
         with self.lock:
             return max(0.0, self.rng.gauss(1.0, self.noise))
+
+    def request_factor(self):
+        """One factor for all of a request's timings: request-to-request variation."""
+        if not self.request_noise:
+            return 1.0
+        with self.lock:
+            return max(0.0, self.rng.gauss(1.0, self.request_noise))
 
     def _drift(self):
         if not self.drift_per_min or self.ready_at is None:
@@ -390,9 +399,10 @@ def make_handler(engine):
                      "total_tokens": prompt_tokens + len(words)}
             ident = f"chatcmpl-double-{os.getpid()}-{engine.completed}"
             finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
-            first_at = started + engine.model.ttft(prompt_tokens)
+            factor = engine.model.request_factor()
+            first_at = started + engine.model.ttft(prompt_tokens) * factor
             if not body.get("stream"):
-                deadline = first_at + sum(engine.model.decode() for _ in words[1:])
+                deadline = first_at + sum(engine.model.decode() for _ in words[1:]) * factor
                 time.sleep(max(0.0, deadline - time.monotonic()))
                 message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
                 if tool_calls:
@@ -412,7 +422,7 @@ def make_handler(engine):
                 {"content": (" " if i else "") + word} for i, word in enumerate(words)]
             for i, delta in enumerate(pieces):
                 if i:
-                    due += engine.model.decode()
+                    due += engine.model.decode() * factor
                 time.sleep(max(0.0, due - time.monotonic()))
                 if i == 0:
                     delta = {"role": "assistant", **delta}
