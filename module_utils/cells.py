@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.engine_client import chat as http_chat
+from ansible.module_utils.nvml_facts import decode_clock_events
 from ansible.module_utils.prompts import contract_prompt, with_target
 
 
@@ -89,6 +90,7 @@ class Telemetry:
                                       "max": max(r[key] for r in rows)}
                                 for key in ("power_w", "temp_c", "sm_mhz", "mem_mhz")}
             out["gpus"][gpu]["clock_events_mask"] = events
+            out["gpus"][gpu]["clock_events"] = decode_clock_events(events)
         return out
 
 

@@ -1,0 +1,34 @@
+"""Latency cells against the engine double: per-request records, contract, failures, telemetry."""
+
+from ansible.module_utils.cells import Telemetry, run_cell
+
+
+def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
+    double = engine_double({"DOUBLE_PREFILL_MS_PER_1K": "10", "DOUBLE_DECODE_MS_PER_TOKEN": "1"})
+    lines = []
+    cell = run_cell({"base_url": double.url, "requests": 4, "prompt_tokens": 1500}, progress=lines.append)
+    assert len(cell["requests"]) == 4 and cell["failures"] == 0 and cell["contract_violations"] == []
+    for record in cell["requests"]:
+        assert abs(record["prompt_tokens"] - 1500) <= 2 and record["completion_tokens"] == 32
+        assert 0 < record["ttft_s"] < record["e2e_s"] and record["decode_tps"] > 0
+    assert '"request": 4, "of": 4' in lines[-1]
+
+
+def test_contract_violations_are_kept_with_the_response(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "extra_word", "DOUBLE_DECODE_MS_PER_TOKEN": "0"})
+    cell = run_cell({"base_url": double.url, "requests": 2, "prompt_tokens": 200})
+    assert [v["index"] for v in cell["contract_violations"]] == [0, 1]
+    assert len(cell["contract_violations"][0]["response"].split()) == 33
+
+
+def test_failed_requests_are_counted(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "fail_requests"})
+    cell = run_cell({"base_url": double.url, "requests": 3, "prompt_tokens": 100})
+    assert cell["failures"] == 3 and all(r["error"].startswith("HTTP 500") for r in cell["requests"])
+
+
+def test_telemetry_without_nvml_says_why():
+    with Telemetry(0.1) as telemetry:
+        pass
+    summary = telemetry.summary()
+    assert summary["available"] is False and summary["reason"].startswith("NVML not available")
