@@ -79,24 +79,8 @@ record: {description: The gate record., type: dict, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.gates import GATES, run_gate
-from ansible.module_utils.unit_recipe import parse_env_file
-
-
-def api_key(module):
-    name = module.params["api_key_var"]
-    if not name:
-        return None
-    for path in module.params["env_files"]:
-        try:
-            with open(path) as handle:
-                value = parse_env_file(handle.read()).get(name)
-        except OSError as exc:
-            module.fail_json(msg=f"cannot read EnvironmentFile {path} for {name}: {exc.strerror}")
-        if value:
-            module.no_log_values.add(value)
-            return value
-    module.fail_json(msg=f"{name} is not set in {module.params['env_files']}")
 
 
 def main():
@@ -123,7 +107,7 @@ def main():
     if p["target_tokens"] < 16 or p["contract_words"] < 1:
         module.fail_json(msg=f"target_tokens must be >= 16 and contract_words >= 1, got "
                              f"{p['target_tokens']} and {p['contract_words']}")
-    options = {**p, "api_key": api_key(module)}
+    options = {**p, "api_key": module_api_key(module)}
     record = run_gate(p["gate"], options, phase=p["phase"])
     if record["verdict"] != "pass" and p["fail_on_fail"]:
         module.fail_json(msg=f"gate {p['gate']} failed ({p['phase']}): {record['reason']}", record=record)

@@ -47,23 +47,7 @@ cell: {description: name, arm, requests (per-request records), failures, contrac
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cells import run_cell
-from ansible.module_utils.unit_recipe import parse_env_file
-
-
-def api_key(module):
-    name = module.params["api_key_var"]
-    if not name:
-        return None
-    for path in module.params["env_files"]:
-        try:
-            with open(path) as handle:
-                value = parse_env_file(handle.read()).get(name)
-        except OSError as exc:
-            module.fail_json(msg=f"cannot read EnvironmentFile {path} for {name}: {exc.strerror}")
-        if value:
-            module.no_log_values.add(value)
-            return value
-    module.fail_json(msg=f"{name} is not set in {module.params['env_files']}")
+from ansible.module_utils.env_files import module_api_key
 
 
 def main():
@@ -98,7 +82,7 @@ def main():
             handle.write(f"{p['name']} {p['arm']} {line}\n")
             handle.flush()
 
-    result = run_cell({**p, "api_key": api_key(module)}, progress)
+    result = run_cell({**p, "api_key": module_api_key(module)}, progress)
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
                                           "concurrency": p["concurrency"], **result})
 

@@ -32,3 +32,17 @@ def test_telemetry_without_nvml_says_why():
         pass
     summary = telemetry.summary()
     assert summary["available"] is False and summary["reason"].startswith("NVML not available")
+
+
+def test_api_key_is_read_from_the_environment_files(tmp_path):
+    import pytest
+    from ansible.module_utils.env_files import read_env_value
+
+    first, second = tmp_path / "a.env", tmp_path / "b.env"
+    first.write_text("OTHER=1\n")
+    second.write_text('SGLANG_API_KEY="sk-1"\n')
+    assert read_env_value([str(first), str(second)], "SGLANG_API_KEY") == "sk-1"
+    with pytest.raises(ValueError, match=r"MISSING is not set in \["):
+        read_env_value([str(first)], "MISSING")
+    with pytest.raises(ValueError, match="cannot read EnvironmentFile /nonexistent.env for X"):
+        read_env_value(["/nonexistent.env"], "X")

@@ -1,0 +1,29 @@
+"""Read a variable from a unit's EnvironmentFiles on the host (the engine's API key), so that
+secrets are used where they live and never travel to the controller."""
+
+from ansible.module_utils.unit_recipe import parse_env_file
+
+
+def read_env_value(paths, name):
+    """The value of `name` in the first of `paths` that sets it; ValueError naming what failed."""
+    for path in paths:
+        try:
+            with open(path) as handle:
+                value = parse_env_file(handle.read()).get(name)
+        except OSError as exc:
+            raise ValueError(f"cannot read EnvironmentFile {path} for {name}: {exc.strerror}") from exc
+        if value:
+            return value
+    raise ValueError(f"{name} is not set in {list(paths)}")
+
+
+def module_api_key(module):
+    """The API key named by a module's api_key_var/env_files options, masked in its output."""
+    if not module.params["api_key_var"]:
+        return None
+    try:
+        value = read_env_value(module.params["env_files"], module.params["api_key_var"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    module.no_log_values.add(value)
+    return value
