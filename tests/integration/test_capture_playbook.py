@@ -84,3 +84,21 @@ def run_state():
     return subprocess.run(["podman", "exec", "serving-lab-gpu-1", "systemctl", "show", "-p",
                            "InvocationID,ActiveState,NRestarts", "sglang.service"],
                           capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("module, args, option", [
+    ("nvml_info", "include_readings=perhaps", "include_readings"),
+    ("p2p_check", "gpus=[0", "gpus"),
+    ("nccl_info", "runtime=docker", "runtime, image"),
+])
+def test_wrong_option_types_fail_naming_the_option(module, args, option):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import REPO
+
+    result = subprocess.run([str(Path(sys.executable).parent / "ansible"), "-i", "localhost,", "-c", "local",
+                             "-e", "ansible_python_interpreter=/usr/bin/python3", "localhost", "-m", module,
+                             "-a", args], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and option in result.stdout + result.stderr
