@@ -314,11 +314,15 @@ class Engine:
         code = f"import time; time.sleep({float(seconds)})"
         command = [sys.executable, "-c", code, WORKER_TAG]
         # Outside the unit's cgroup, like a container worker that outlives `docker run`.
+        # systemd-run returns once the transient unit has started: wait for it, or stopping
+        # this unit's cgroup could kill the request before the straggler exists.
         if os.path.exists("/run/systemd/system"):
-            command = ["systemd-run", "--quiet", "--collect", f"--unit={STRAGGLER_NAME}",
-                       "--property=Description=engine double straggler"] + command
-        subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+            subprocess.run(["systemd-run", "--quiet", "--collect", f"--unit={STRAGGLER_NAME}-{os.getpid()}",
+                            "--property=Description=engine double straggler"] + command,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+        else:
+            subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
         self.log(f"left a straggler process ({STRAGGLER_NAME})")
 
 
