@@ -64,7 +64,6 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.unit_recipe import (
-    SECRET_NAME_RE,
     RecipeError,
     apply_change,
     check_one_control,
@@ -72,7 +71,7 @@ from ansible.module_utils.unit_recipe import (
     merge_dropins,
     parse_recipe,
     parse_unit_text,
-    redact_argv,
+    redact_unit_line,
     redacted,
     render_sections,
     values,
@@ -103,17 +102,7 @@ def read(module, path, kind):
 
 
 def redact_unit_text(text):
-    out = []
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "Environment":
-            parts = [f"{w.split('=', 1)[0]}=<redacted>" if SECRET_NAME_RE.search(w.split("=", 1)[0]) else w
-                     for w in value.split()]
-            line = f"{key}={' '.join(parts)}"
-        elif sep and key.strip().startswith("ExecStart"):
-            line = f"{key}={' '.join(redact_argv(value.split()))}"
-        out.append(line)
-    return "\n".join(out) + "\n"
+    return "\n".join(redact_unit_line(line) for line in text.splitlines()) + "\n"
 
 
 def main():

@@ -61,7 +61,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file, redact_argv
+from ansible.module_utils.unit_recipe import parse_env_file, redact_unit_line
 
 
 def sha256_of(path):
@@ -89,11 +89,6 @@ def read_text(path):
         return ""
 
 
-def redact_line(line):
-    return " ".join(redact_argv([w if not (is_secret_name(w.split("=", 1)[0]) and "=" in w)
-                                 else w.split("=", 1)[0] + "=<redacted>" for w in line.split(" ")]))
-
-
 def both_versions(entry, current_path):
     """What changed, secrets kept out: a diff of unit text, or changed variable names."""
     before, after = read_text(entry.get("copy", "")), read_text(current_path)
@@ -101,8 +96,8 @@ def both_versions(entry, current_path):
         old, new = parse_env_file(before), parse_env_file(after)
         names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         return f"{current_path}: variables changed: {', '.join(names) or 'formatting only'}"
-    return "".join(difflib.unified_diff([redact_line(x) + "\n" for x in before.splitlines()],
-                                        [redact_line(x) + "\n" for x in after.splitlines()],
+    return "".join(difflib.unified_diff([redact_unit_line(x) + "\n" for x in before.splitlines()],
+                                        [redact_unit_line(x) + "\n" for x in after.splitlines()],
                                         fromfile=f"snapshot of {current_path}", tofile=f"{current_path} now"))
 
 

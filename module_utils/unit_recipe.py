@@ -286,6 +286,17 @@ def redacted(recipe):
     return out
 
 
+def redact_unit_line(line):
+    """A unit-file line with secret values hidden: NAME=value words with a secret-like name and
+    the word after --api-key-style flags, in the value of any Key=value line."""
+    key, sep, value = line.partition("=")
+    if not sep or key.strip().startswith(("#", ";", "[")):
+        return line
+    words = [w.split("=", 1)[0] + "=" + REDACTED if "=" in w and is_secret_name(w.split("=", 1)[0])
+             and not w.split("=", 1)[1].startswith("$") else w for w in value.split(" ")]
+    return f"{key}={' '.join(redact_argv(words))}"
+
+
 def redact_argv(argv):
     out, hide_next = [], False
     for word in argv:

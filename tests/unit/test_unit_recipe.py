@@ -140,3 +140,13 @@ def test_bad_unit_text_is_named():
         ur.parse_unit_text("[Service]\ngarbage\n")
     with pytest.raises(ur.RecipeError, match="exactly one ExecStart, found 0"):
         ur.parse_recipe(ur.parse_unit_text("[Service]\nType=simple\n"))
+
+
+def test_unit_lines_are_redacted_wherever_the_secret_sits():
+    assert ur.redact_unit_line("Environment=HF_TOKEN=hf_x NCCL_P2P_DISABLE=1") == \
+        "Environment=HF_TOKEN=<redacted> NCCL_P2P_DISABLE=1"
+    assert ur.redact_unit_line("ExecStart=/bin/serve --api-key sk-1 --port 1") == \
+        "ExecStart=/bin/serve --api-key <redacted> --port 1"
+    assert ur.redact_unit_line("ExecStart=/bin/serve --api-key ${SGLANG_API_KEY}") == \
+        "ExecStart=/bin/serve --api-key ${SGLANG_API_KEY}"
+    assert ur.redact_unit_line("[Service]") == "[Service]"
