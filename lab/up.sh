@@ -24,7 +24,9 @@ fi
 for _ in $(seq 1 60); do
   state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
   case "$state" in
-    running) podman exec -i "$name" sh -c 'mkdir -p -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys' < "$key.pub"
+    running) # Add this checkout's key (another checkout sharing the lab keeps its own).
+             podman exec -i "$name" sh -c 'mkdir -p -m 700 /root/.ssh && k=$(cat) &&
+               { grep -qxF "$k" /root/.ssh/authorized_keys 2>/dev/null || echo "$k" >> /root/.ssh/authorized_keys; }' < "$key.pub"
              for _ in $(seq 1 40); do
                if ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
                    -i "$key" -p "$port" root@127.0.0.1 true 2>/dev/null; then
