@@ -15,6 +15,12 @@ if [ ! -f "$key" ]; then
   ssh-keygen -q -t ed25519 -N "" -C serving-rollout-lab -f "$key"
 fi
 running=$(podman container inspect -f '{{.State.Running}} {{.ImageName}}' "$name" 2>/dev/null || true)
+# podman's record can say "running" for a container whose processes are gone (the machine
+# was restarted under it): only a container that answers an exec is reused.
+if [ "$running" = "true $image" ] && ! podman exec "$name" true >/dev/null 2>&1; then
+  echo "lab host $name: podman lists it running but it does not answer; recreating"
+  running=stale
+fi
 if [ "$running" != "true $image" ]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
   echo "starting lab host $name (ssh on 127.0.0.1:$port)"
