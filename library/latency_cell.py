@@ -12,7 +12,8 @@ description:
   - Per request - TTFT, E2E, decode tokens/s, actual prompt tokens (from the engine's usage),
     error, and whether the response met the contract (violations are kept with the response).
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
-  - Writes progress lines (request k of n, elapsed, running median) to C(progress_file).
+  - Appends progress lines (cell, arm, request k of n, elapsed, running median E2E) to
+    C(progress_file), and a last line C(<name> <arm> end) however the cell ends.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing.
 options:
   base_url: {description: Engine URL on the host., type: str, required: true}
@@ -46,7 +47,7 @@ cell: {description: name, arm, requests (per-request records), failures, contrac
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import run_cell
+from ansible.module_utils.cells import progress_line, run_cell
 from ansible.module_utils.env_files import module_api_key
 
 
@@ -74,15 +75,17 @@ def main():
     for name in ("requests", "concurrency", "prompt_tokens", "contract_words"):
         if p[name] < 1:
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
-    progress = None
-    if p["progress_file"]:
-        handle = open(p["progress_file"], "a")
-
-        def progress(line):
-            handle.write(f"{p['name']} {p['arm']} {line}\n")
-            handle.flush()
-
-    result = run_cell({**p, "api_key": module_api_key(module)}, progress)
+    if not p["progress_file"]:
+        result = run_cell({**p, "api_key": module_api_key(module)})
+    else:
+        with open(p["progress_file"], "a") as handle:
+            def progress(update=None):
+                handle.write(progress_line(p["name"], p["arm"], update) + "\n")
+                handle.flush()
+            try:
+                result = run_cell({**p, "api_key": module_api_key(module)}, progress)
+            finally:
+                progress()  # the end line, so nobody waits on a cell that died
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
                                           "concurrency": p["concurrency"], **result})
 

@@ -3,7 +3,6 @@ unique prefixes, each response checked against the output contract; NVML telemet
 alongside. Per request: TTFT, E2E, decode rate, actual prompt tokens, error.
 """
 
-import json
 import re
 import statistics
 import threading
@@ -94,6 +93,17 @@ class Telemetry:
         return out
 
 
+def progress_line(name, arm, update=None):
+    """One line of a cell's progress file; the rollout role waits on these lines to show
+    progress while the cell runs in the background. No update means the cell has ended."""
+    if update is None:
+        return f"{name} {arm} end"
+    median = update["running_median_e2e_s"]
+    median_text = "n/a" if median is None else f"{median * 1000:.1f} ms"
+    return (f"{name} {arm} request {update['request']} of {update['of']}, elapsed {update['elapsed_s']:.1f} s,"
+            f" running median E2E {median_text}")
+
+
 def run_cell(options, progress=None):
     """Run one cell; options: base_url, model, api_key, requests, concurrency, prompt_tokens,
     contract_words, contract_pattern, timeout_s, telemetry_interval_s, chat."""
@@ -118,9 +128,8 @@ def run_cell(options, progress=None):
             records.append(record)
             if progress:
                 done = [r["e2e_s"] for r in records if r["error"] is None]
-                progress(json.dumps({"request": len(records), "of": n,
-                                     "elapsed_s": round(time.monotonic() - started, 2),
-                                     "running_median_e2e_s": statistics.median(done) if done else None}))
+                progress({"request": len(records), "of": n, "elapsed_s": time.monotonic() - started,
+                          "running_median_e2e_s": statistics.median(done) if done else None})
     return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": telemetry.summary(),
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}

@@ -34,7 +34,8 @@ Configuration (environment, all optional):
   DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
                               after this process's systemd unit (from /proc/self/cgroup)
                               adds its faults, so one unit of two sharing an
-                              EnvironmentFile can be made to fail
+                              EnvironmentFile can be made to fail; a file
+                              <unit>+p2p applies only when P2P is allowed
 """
 
 import argparse
@@ -97,17 +98,21 @@ def own_unit():
     return None
 
 
-def faults_for(env):
-    """DOUBLE_FAULT plus the faults in DOUBLE_FAULT_DIR/<own unit>, if that file exists."""
+def faults_for(env, unit=None):
+    """DOUBLE_FAULT plus the faults in DOUBLE_FAULT_DIR/<own unit>, if that file exists, and
+    in DOUBLE_FAULT_DIR/<own unit>+p2p when this process runs with P2P allowed (so a unit
+    promoted to P2P can fail where the original, same name, P2P disabled, does not)."""
     text = env.get("DOUBLE_FAULT", "")
-    unit = own_unit()
+    unit = unit or own_unit()
     if unit:
-        path = os.path.join(env.get("DOUBLE_FAULT_DIR", "/etc/engine-double/faults"), unit)
-        try:
-            with open(path) as handle:
-                text = ",".join(filter(None, [text, handle.read().strip()]))
-        except OSError:
-            pass
+        names = [unit] + ([unit + "+p2p"] if env.get("NCCL_P2P_DISABLE", "0") != "1" else [])
+        for name in names:
+            path = os.path.join(env.get("DOUBLE_FAULT_DIR", "/etc/engine-double/faults"), name)
+            try:
+                with open(path) as handle:
+                    text = ",".join(filter(None, [text, handle.read().strip()]))
+            except OSError:
+                pass
     return parse_faults(text)
 
 

@@ -78,8 +78,8 @@ def test_tampered_file_is_reported_by_name(good_run, tmp_path):
     assert result.returncode == 1 and result.stdout.strip() == "gates.json: changed"
 
 
-def promote(evidence, run_id, approved=None):
-    extra = {"promotion_evidence_dir": str(evidence), "promotion_run_id": run_id}
+def promote(evidence, run_id, approved=None, **more):
+    extra = {"promotion_evidence_dir": str(evidence), "promotion_run_id": run_id, **more}
     if approved is not None:
         extra["promotion_approved_run_id"] = approved
     return run_playbook("promote.yml", extra, inventory="inventory/lab", local=False)
@@ -144,4 +144,28 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
     finally:
         back = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert back.returncode == 0, back.stdout[-3000:]
+    assert unit_text() == original
+
+
+def test_promoted_unit_that_fails_to_start_puts_the_previous_original_back(good_run):
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    original = unit_text()
+    # Only the promoted recipe (P2P allowed) fails; the original (P2P disabled) starts as usual.
+    lab("sh", "-c", "mkdir -p /etc/engine-double/faults && echo fail_at_start > "
+                    "/etc/engine-double/faults/sglang.service+p2p")
+    try:
+        result = promote(evidence, run_id, run_id, promotion_ready_timeout_s=8)
+    finally:
+        lab("rm", "-f", "/etc/engine-double/faults/sglang.service+p2p")
+    assert result.returncode != 0
+    assert f"promotion of run {run_id} failed and the previous original was put back" in result.stdout
+    assert "Wait for the promoted engine's health endpoint" in result.stdout
+    assert unit_text() == original
+    assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
+    state = lab("systemctl", "show", "-p", "ActiveState,UnitFileState", "sglang.service").stdout
+    assert "ActiveState=active" in state and "UnitFileState=enabled" in state
+    assert lab("systemctl", "show", "-p", "NRestarts", "sglang.service").stdout.strip() == "NRestarts=0"
+    proof = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert proof.returncode == 0, proof.stdout[-3000:]
     assert unit_text() == original

@@ -68,9 +68,19 @@ def lab_baseline():
 
 
 def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
-    result = rollout()
+    result = rollout(rollout_cell_progress_every=2)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
+    # Progress while each cell runs (request k of n, elapsed, running median), then a summary.
+    output = re.sub(r"\s+", " ", result.stdout)
+    for arm in ("baseline-1", "candidate", "baseline-2"):
+        for k in (2, 3):
+            assert re.search(rf"cell 1k {arm}: request {k} of 3, elapsed [0-9.]+ s, running median E2E [0-9.]+ ms",
+                             output), output[-3000:]
+        assert re.search(rf"cell 1k {arm}: n=3, median TTFT [0-9.]+ ms, median E2E [0-9.]+ ms, prompt tokens \d+, "
+                         r"0 failed, 0 contract violations", output), output[-3000:]
+    assert lab("sh", "-c", "ls /var/lib/serving-rollout/sglang.service/progress-* 2>/dev/null",
+               check=False).stdout == ""
     candidate_log = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
     assert "via P2P/IPC" in candidate_log
 
@@ -147,6 +157,42 @@ def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     assert again.returncode == 0 and show()["InvocationID"] != lab_baseline[0]
 
 
+CRASH_REQUEST = """
+import json, time, urllib.request
+for _ in range(100):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:30000/health_generate", timeout=2)
+        break
+    except OSError:
+        time.sleep(0.2)
+env = open("/etc/sglang/sglang.env").read().split()
+key = dict(line.split("=", 1) for line in env if "=" in line)["SGLANG_API_KEY"]
+body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+request = urllib.request.Request("http://127.0.0.1:30000/v1/chat/completions", body,
+                                 {"Content-Type": "application/json", "Authorization": "Bearer " + key})
+urllib.request.urlopen(request, timeout=10).read()
+"""
+
+
+def test_rollback_restarts_an_original_that_crashed_and_came_back(lab_baseline):
+    lab("sh", "-c", "echo crash_after:1 > /etc/engine-double/faults/sglang.service")
+    try:
+        lab("systemctl", "restart", "sglang.service")
+        lab("python3", "-c", CRASH_REQUEST, check=False)
+    finally:
+        lab("rm", "-f", "/etc/engine-double/faults/sglang.service")
+    for _ in range(60):  # systemd brings it back after RestartSec
+        if show()["NRestarts"] != "0" and show()["ActiveState"] == "active":
+            break
+        time.sleep(0.5)
+    assert show()["NRestarts"] == "1", show()
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    state = show()
+    assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state
+    assert files_hash() == lab_baseline[1]
+
+
 def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
     inject("startup:6")
     proc = start_background()
@@ -166,3 +212,33 @@ def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"rollout_cell_progress_every": 0}, "rollout_cell_progress_every=0"),
+    ({"rollout_cells": [{"name": "4k", "prompt_tokens": 40}, {"name": "4k", "prompt_tokens": 80}]},
+     "rollout_cells names ['4k', '4k']"),
+    ({"rollout_cells": [{"name": "4k; rm", "prompt_tokens": 40}]}, "bad cell {'name': '4k; rm'"),
+])
+def test_bad_cell_settings_are_refused_before_any_change(lab_baseline, extra, named):
+    result = rollout(**extra)
+    assert result.returncode != 0
+    assert named in result.stdout, result.stdout[-3000:]
+    state = show()
+    assert state["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+
+
+def test_failed_preflight_stops_before_any_change_and_releases_the_lock(lab_baseline):
+    expected = {"model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "tp_size": 4}
+    result = rollout(rollout_expected=expected)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "stopped before any change; the original sglang.service was not touched; cause:" in message
+    assert "preflight check 'TP size' failed: observed 2, expected 4" in message, message[-3000:]
+    state = show()
+    assert state["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    # The next run is not refused by a lock left behind.
+    assert rollout(rollout_cell_requests=2).returncode == 0

@@ -1,6 +1,6 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
-from ansible.module_utils.cells import Telemetry, run_cell
+from ansible.module_utils.cells import Telemetry, progress_line, run_cell
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -11,7 +11,8 @@ def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
     for record in cell["requests"]:
         assert abs(record["prompt_tokens"] - 1500) <= 2 and record["completion_tokens"] == 32
         assert 0 < record["ttft_s"] < record["e2e_s"] and record["decode_tps"] > 0
-    assert '"request": 4, "of": 4' in lines[-1]
+    assert [(line["request"], line["of"]) for line in lines] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert lines[-1]["elapsed_s"] >= lines[0]["elapsed_s"] > 0 and lines[-1]["running_median_e2e_s"] > 0
 
 
 def test_contract_violations_are_kept_with_the_response(engine_double):
@@ -46,3 +47,11 @@ def test_api_key_is_read_from_the_environment_files(tmp_path):
         read_env_value([str(first)], "MISSING")
     with pytest.raises(ValueError, match="cannot read EnvironmentFile /nonexistent.env for X"):
         read_env_value(["/nonexistent.env"], "X")
+
+
+def test_progress_lines_name_the_cell_request_elapsed_and_running_median():
+    update = {"request": 3, "of": 12, "elapsed_s": 7.25, "running_median_e2e_s": 0.81234}
+    assert progress_line("4k", "candidate", update) == (
+        "4k candidate request 3 of 12, elapsed 7.2 s, running median E2E 812.3 ms")
+    assert progress_line("4k", "candidate", {**update, "running_median_e2e_s": None}).endswith("E2E n/a")
+    assert progress_line("120k", "baseline-2") == "120k baseline-2 end"

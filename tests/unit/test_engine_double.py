@@ -176,3 +176,17 @@ def test_fault_straggler_outlives_stop(engine_double):
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_fault_file_for_p2p_applies_only_when_p2p_is_allowed(tmp_path):
+    import engine_double as double
+
+    (tmp_path / "sglang.service").write_text("startup:2\n")
+    (tmp_path / "sglang.service+p2p").write_text("fail_at_start\n")
+    env = {"DOUBLE_FAULT_DIR": str(tmp_path)}
+    disabled = double.faults_for({**env, "NCCL_P2P_DISABLE": "1"}, unit="sglang.service")
+    allowed = double.faults_for({**env, "NCCL_P2P_DISABLE": "0"}, unit="sglang.service")
+    other = double.faults_for({**env, "NCCL_P2P_DISABLE": "0"}, unit="sglang-candidate.service")
+    assert disabled == {"startup": "2"}
+    assert allowed == {"startup": "2", "fail_at_start": ""}
+    assert other == {}

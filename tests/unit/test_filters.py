@@ -2,6 +2,7 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from failure_cause import failure_cause
 from p2p_support import p2p_support_verdict
 from redaction import redact_identifiers, redact_secrets
 
@@ -52,3 +53,16 @@ def test_token_counts_are_not_secrets():
     assert out["prompt_tokens"] == 5 and out["max_tokens"] == 3 and out["tokenizer"] == "t"
     assert out["usage"] == {"completion_tokens_details": 1}
     assert out["HF_TOKEN"] == "<redacted>" and out["note"] == "max_tokens=64 access_token=<redacted>"
+
+
+def test_failure_cause_names_each_failed_loop_item_not_the_loop():
+    loop = {"failed": True, "msg": "One or more items failed", "results": [
+        {"failed": False, "msg": "health OK: pass"},
+        {"failed": True, "msg": "preflight check 'TP size' failed: observed 2, expected 4"},
+        {"failed": True, "msg": "preflight check 'context length' failed: observed 32768, expected 1"}]}
+    assert failure_cause(loop, "Assert each preflight check") == (
+        "Assert each preflight check: preflight check 'TP size' failed: observed 2, expected 4; "
+        "preflight check 'context length' failed: observed 32768, expected 1")
+    assert failure_cause({"failed": True, "msg": "timed out"}, "Wait") == "Wait: timed out"
+    with pytest.raises(AnsibleFilterError, match="got str: 'boom'"):
+        failure_cause("boom")
