@@ -153,8 +153,11 @@ def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
+    restored = show()["InvocationID"]
     again = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
-    assert again.returncode == 0 and show()["InvocationID"] != lab_baseline[0]
+    assert again.returncode == 0 and show()["InvocationID"] == restored
+    # A second rollback proves again and changes nothing.
+    assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", again.stdout), again.stdout[-2000:]
 
 
 CRASH_REQUEST = """
