@@ -1,0 +1,69 @@
+"""The restored container's identity check, against real `podman inspect` output on this machine."""
+
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from conftest import REPO
+from container_identity import container_identity_problems
+
+IMAGE = "localhost/serving-rollout-lab"
+ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+
+
+def prove_inspect_argv():
+    """The exact inspect command prove.yml runs, with the runtime and container filled in."""
+    tasks = yaml.safe_load((REPO / "roles" / "rollout" / "tasks" / "prove.yml").read_text())
+    task = next(t for t in tasks if "Read the image and identity" in t["name"])
+    argv = task["ansible.builtin.command"]["argv"]
+    return [word.replace("{{ '", "").replace("' }}", "") for word in argv]
+
+
+def podman(*args):
+    return subprocess.run(["podman", *args], capture_output=True, text=True, env=ENV, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def lab_image_digest():
+    if not shutil.which("podman"):
+        pytest.fail("podman is missing: bin/setup installs it")
+    digests = podman("images", "--digests", "--format", "{{.Tag}} {{.Digest}}", IMAGE).splitlines()
+    found = [line.split()[1] for line in digests if line.split()[0] == "bookworm-ssh"]
+    assert found, digests
+    return found[0]
+
+
+def inspect_as_prove_does(reference):
+    name = f"identity-{uuid.uuid4().hex[:8]}"
+    podman("create", "--name", name, reference, "/bin/true")
+    try:
+        argv = prove_inspect_argv()
+        argv = [name if word == "{{ rollout_container }}" else word for word in argv[1:]]
+        return name, podman(*argv)
+    finally:
+        podman("rm", "-f", name)
+
+
+def test_container_started_by_digest_passes(lab_image_digest):
+    name, line = inspect_as_prove_does(f"{IMAGE}@{lab_image_digest}")
+    assert container_identity_problems(line, name, lab_image_digest) == []
+
+
+def test_wrong_name_or_image_by_tag_is_named(lab_image_digest):
+    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh")
+    problems = container_identity_problems(line, "sglang", lab_image_digest)
+    assert problems[0] == f"container is named {name}, expected sglang"
+    assert problems[1].startswith(f"container runs {IMAGE}:bookworm-ssh (image ")
+
+
+def test_docker_style_name_and_bad_input():
+    digest = "sha256:" + "a" * 64
+    assert container_identity_problems(f"/sglang sha256:{'b' * 64} lmsysorg/sglang@{digest}", "sglang", digest) == []
+    with pytest.raises(AnsibleFilterError, match="got 'only-two words'"):
+        container_identity_problems("only-two words", "sglang", digest)
+    with pytest.raises(AnsibleFilterError, match="got 'sglang' and None"):
+        container_identity_problems(f"/sglang x lmsysorg/sglang@{digest}", "sglang", None)
