@@ -12,8 +12,8 @@ description:
   - Per request - TTFT, E2E, decode tokens/s, actual prompt tokens (from the engine's usage),
     error, and whether the response met the contract (violations are kept with the response).
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
-  - Appends progress lines (cell, arm, request k of n, elapsed, running median E2E) to
-    C(progress_file), and a last line C(<name> <arm> end) however the cell ends.
+  - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
+    between them; the rollout role merges the chunks with the merge_cell_chunks filter.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing.
 options:
   base_url: {description: Engine URL on the host., type: str, required: true}
@@ -29,7 +29,7 @@ options:
   contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
-  progress_file: {description: Host file for progress lines., type: path}
+  first_index: {description: Index of the first request when the cell runs in chunks., type: int, default: 0}
 author: serving-rollout
 """
 
@@ -47,7 +47,7 @@ cell: {description: name, arm, requests (per-request records), failures, contrac
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import progress_line, run_cell
+from ansible.module_utils.cells import run_cell
 from ansible.module_utils.env_files import module_api_key
 
 
@@ -67,7 +67,7 @@ def main():
             "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
             "timeout_s": {"type": "float", "default": 600},
             "telemetry_interval_s": {"type": "float", "default": 1.0},
-            "progress_file": {"type": "path"},
+            "first_index": {"type": "int", "default": 0},
         },
         supports_check_mode=False,
     )
@@ -75,17 +75,9 @@ def main():
     for name in ("requests", "concurrency", "prompt_tokens", "contract_words"):
         if p[name] < 1:
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
-    if not p["progress_file"]:
-        result = run_cell({**p, "api_key": module_api_key(module)})
-    else:
-        with open(p["progress_file"], "a") as handle:
-            def progress(update=None):
-                handle.write(progress_line(p["name"], p["arm"], update) + "\n")
-                handle.flush()
-            try:
-                result = run_cell({**p, "api_key": module_api_key(module)}, progress)
-            finally:
-                progress()  # the end line, so nobody waits on a cell that died
+    if p["first_index"] < 0:
+        module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
+    result = run_cell({**p, "api_key": module_api_key(module)})
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
                                           "concurrency": p["concurrency"], **result})
 

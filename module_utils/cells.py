@@ -93,24 +93,15 @@ class Telemetry:
         return out
 
 
-def progress_line(name, arm, update=None):
-    """One line of a cell's progress file; the rollout role waits on these lines to show
-    progress while the cell runs in the background. No update means the cell has ended."""
-    if update is None:
-        return f"{name} {arm} end"
-    median = update["running_median_e2e_s"]
-    median_text = "n/a" if median is None else f"{median * 1000:.1f} ms"
-    return (f"{name} {arm} request {update['request']} of {update['of']}, elapsed {update['elapsed_s']:.1f} s,"
-            f" running median E2E {median_text}")
-
-
-def run_cell(options, progress=None):
-    """Run one cell; options: base_url, model, api_key, requests, concurrency, prompt_tokens,
-    contract_words, contract_pattern, timeout_s, telemetry_interval_s, chat."""
+def run_cell(options):
+    """Run one cell, or one chunk of it; options: base_url, model, api_key, requests, concurrency,
+    prompt_tokens, contract_words, contract_pattern, timeout_s, telemetry_interval_s, first_index
+    (the index of this chunk's first request within the cell), chat."""
     chat = options.get("chat", http_chat)
     words = options.get("contract_words", 32)
     pattern = re.compile(options.get("contract_pattern", r"^[A-Z]+[0-9]+$"))
     n, concurrency = options["requests"], options.get("concurrency", 1)
+    first = options.get("first_index", 0)
 
     def one(index):
         prompt = with_target(contract_prompt(words), options["prompt_tokens"])
@@ -121,15 +112,9 @@ def run_cell(options, progress=None):
         return request_record(index, result, words, pattern)
 
     started = time.monotonic()
-    records = []
     with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, \
             ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for record in pool.map(one, range(n)):
-            records.append(record)
-            if progress:
-                done = [r["e2e_s"] for r in records if r["error"] is None]
-                progress({"request": len(records), "of": n, "elapsed_s": time.monotonic() - started,
-                          "running_median_e2e_s": statistics.median(done) if done else None})
+        records = list(pool.map(one, range(first, first + n)))
     return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": telemetry.summary(),
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}

@@ -45,6 +45,9 @@ def test_run_directory_holds_every_record_and_verifies(good_run):
     cells = json.loads((run / "cells.json").read_text())["arms"]
     assert set(cells) == {"baseline-1", "candidate", "baseline-2"}
     assert all(r["prompt_tokens"] > 0 for r in cells["candidate"][0]["requests"])
+    # The cell ran in chunks (progress between them) and was merged back into one cell.
+    assert [r["index"] for r in cells["candidate"][0]["requests"]] == list(range(6))
+    assert [t["requests"] for t in cells["candidate"][0]["telemetry"]] == [[0, 3], [4, 5]]
     index = json.loads((run.parent.parent / "index.json").read_text())
     assert any(entry["run_id"] == decision["run_id"] and entry["verdict"] == "acceptable" for entry in index["runs"])
     verify = subprocess.run([*EVIDENCE_TOOL, "verify", str(run)], capture_output=True, text=True)

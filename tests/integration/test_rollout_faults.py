@@ -71,16 +71,13 @@ def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
     result = rollout(rollout_cell_progress_every=2)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
-    # Progress while each cell runs (request k of n, elapsed, running median), then a summary.
+    # Progress between the chunks of each cell (request k of n, elapsed, running median), then a summary.
     output = re.sub(r"\s+", " ", result.stdout)
     for arm in ("baseline-1", "candidate", "baseline-2"):
-        for k in (2, 3):
-            assert re.search(rf"cell 1k {arm}: request {k} of 3, elapsed [0-9.]+ s, running median E2E [0-9.]+ ms",
-                             output), output[-3000:]
+        assert re.search(rf"cell 1k {arm}: request 2 of 3, elapsed [0-9.]+ s, running median E2E [0-9.]+ ms",
+                         output), output[-3000:]
         assert re.search(rf"cell 1k {arm}: n=3, median TTFT [0-9.]+ ms, median E2E [0-9.]+ ms, prompt tokens \d+, "
                          r"0 failed, 0 contract violations", output), output[-3000:]
-    assert lab("sh", "-c", "ls /var/lib/serving-rollout/sglang.service/progress-* 2>/dev/null",
-               check=False).stdout == ""
     candidate_log = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
     assert "via P2P/IPC" in candidate_log
 

@@ -1,18 +1,18 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
-from ansible.module_utils.cells import Telemetry, progress_line, run_cell
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.cells import Telemetry, run_cell
+from cells_filters import cell_progress, merge_cell_chunks
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
     double = engine_double({"DOUBLE_PREFILL_MS_PER_1K": "10", "DOUBLE_DECODE_MS_PER_TOKEN": "1"})
-    lines = []
-    cell = run_cell({"base_url": double.url, "requests": 4, "prompt_tokens": 1500}, progress=lines.append)
+    cell = run_cell({"base_url": double.url, "requests": 4, "prompt_tokens": 1500})
     assert len(cell["requests"]) == 4 and cell["failures"] == 0 and cell["contract_violations"] == []
     for record in cell["requests"]:
         assert abs(record["prompt_tokens"] - 1500) <= 2 and record["completion_tokens"] == 32
         assert 0 < record["ttft_s"] < record["e2e_s"] and record["decode_tps"] > 0
-    assert [(line["request"], line["of"]) for line in lines] == [(1, 4), (2, 4), (3, 4), (4, 4)]
-    assert lines[-1]["elapsed_s"] >= lines[0]["elapsed_s"] > 0 and lines[-1]["running_median_e2e_s"] > 0
 
 
 def test_contract_violations_are_kept_with_the_response(engine_double):
@@ -49,9 +49,28 @@ def test_api_key_is_read_from_the_environment_files(tmp_path):
         read_env_value(["/nonexistent.env"], "X")
 
 
-def test_progress_lines_name_the_cell_request_elapsed_and_running_median():
-    update = {"request": 3, "of": 12, "elapsed_s": 7.25, "running_median_e2e_s": 0.81234}
-    assert progress_line("4k", "candidate", update) == (
-        "4k candidate request 3 of 12, elapsed 7.2 s, running median E2E 812.3 ms")
-    assert progress_line("4k", "candidate", {**update, "running_median_e2e_s": None}).endswith("E2E n/a")
-    assert progress_line("120k", "baseline-2") == "120k baseline-2 end"
+def test_cell_in_chunks_merges_to_one_cell_with_progress(engine_double):
+    double = engine_double({"DOUBLE_FAULT": "extra_word", "DOUBLE_DECODE_MS_PER_TOKEN": "1"})
+    chunks = [dict(run_cell({"base_url": double.url, "requests": size, "first_index": first, "prompt_tokens": 300}),
+                   name="4k", arm="candidate")
+              for first, size in ((0, 2), (2, 2), (4, 1))]
+    cell = merge_cell_chunks(chunks[:2])
+    assert cell_progress(cell, 5).startswith("request 4 of 5, elapsed ")
+    assert cell_progress(cell, 5).endswith(" ms") and "running median E2E" in cell_progress(cell, 5)
+    cell = merge_cell_chunks(chunks)
+    assert [r["index"] for r in cell["requests"]] == [0, 1, 2, 3, 4]
+    assert [v["index"] for v in cell["contract_violations"]] == [0, 1, 2, 3, 4] and cell["failures"] == 0
+    assert [t["requests"] for t in cell["telemetry"]] == [[0, 1], [2, 3], [4, 4]]
+    assert cell["elapsed_s"] == pytest.approx(sum(c["elapsed_s"] for c in chunks))
+
+
+def test_merge_and_progress_refuse_bad_input():
+    with pytest.raises(AnsibleFilterError, match="non-empty list"):
+        merge_cell_chunks([])
+    with pytest.raises(AnsibleFilterError, match="several cells"):
+        merge_cell_chunks([{"name": "4k", "arm": "candidate", "requests": []},
+                           {"name": "1k", "arm": "candidate", "requests": []}])
+    with pytest.raises(AnsibleFilterError, match="merged cell"):
+        cell_progress(None, 4)
+    assert cell_progress({"requests": [{"error": "HTTP 500", "e2e_s": 0.1}]}, 4) == (
+        "request 1 of 4, elapsed 0.0 s, running median E2E n/a")
