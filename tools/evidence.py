@@ -45,6 +45,23 @@ def pct(value):
     return "n/a" if value is None else f"{value * 100:+.1f}%"
 
 
+def telemetry_text(telemetry):
+    """One arm of one cell: NVML readings over all its GPUs and chunks, or why there are none."""
+    chunks = telemetry if isinstance(telemetry, list) else [telemetry or {}]
+    missing = [c.get("reason") or "no readings" for c in chunks if not c.get("available")]
+    if missing or not chunks:
+        return f"not recorded ({missing[0] if missing else 'no readings'})"
+    gpus = [g for c in chunks for g in (c.get("gpus") or {}).values()]
+    if not gpus:
+        return "no samples"
+    events = sorted({e for g in gpus for e in g.get("clock_events") or []}) or \
+        sorted({hex(g["clock_events_mask"]) for g in gpus if g.get("clock_events_mask")})
+    sm = [g["sm_mhz"]["median"] for g in gpus]
+    return (f"power max {max(g['power_w']['max'] for g in gpus):.0f} W, temperature max "
+            f"{max(g['temp_c']['max'] for g in gpus):.0f} C, SM clock medians {min(sm):.0f}-{max(sm):.0f} MHz, "
+            f"clock events {', '.join(events) or 'none'}")
+
+
 def render_card(run):
     run = Path(run)
     outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
@@ -97,6 +114,9 @@ def render_card(run):
     failures = [f"{c['cell']}: {c['failures']}" for c in verdict.get("cells", []) if any(c["failures"].values())]
     lines.append(f"Retained failures: {outcome.get('failure') or 'no candidate failure'}; "
                  f"contract violations in {len(violations)} cell(s); failed requests {failures or 'none'}.")
+    lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
+    for arm in [a for a in ("baseline-1", "candidate", "baseline-2") if a in cells]:
+        lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
     nccl = (journal.get("candidate") or {}).get("nccl") or {}
     lines += ["", "## Evidence boundary", "",
               f"The candidate's own start-up log reported NCCL {', '.join(nccl.get('versions', [])) or 'n/a'} "

@@ -50,20 +50,31 @@ def inspect_as_prove_does(reference):
 
 def test_container_started_by_digest_passes(lab_image_digest):
     name, line = inspect_as_prove_does(f"{IMAGE}@{lab_image_digest}")
-    assert container_identity_problems(line, name, lab_image_digest) == []
+    assert container_identity_problems(line, name, f"{IMAGE}@{lab_image_digest}") == []
+    # Pinned by digest: the same digest under another name for the repository still matches.
+    assert container_identity_problems(line, name, f"registry.example/lab@{lab_image_digest}") == []
+
+
+def test_container_started_by_tag_passes_against_the_same_tag(lab_image_digest):
+    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh")
+    assert container_identity_problems(line, name, f"{IMAGE}:bookworm-ssh") == []
+    assert container_identity_problems(line, name, "serving-rollout-lab:bookworm-ssh") == []
+    assert container_identity_problems(line, name, f"{IMAGE}:bookworm")[0].startswith(
+        f"container runs {IMAGE}:bookworm-ssh (image ")
 
 
 def test_wrong_name_or_image_by_tag_is_named(lab_image_digest):
     name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh")
-    problems = container_identity_problems(line, "sglang", lab_image_digest)
+    problems = container_identity_problems(line, "sglang", f"{IMAGE}@{lab_image_digest}")
     assert problems[0] == f"container is named {name}, expected sglang"
     assert problems[1].startswith(f"container runs {IMAGE}:bookworm-ssh (image ")
 
 
 def test_docker_style_name_and_bad_input():
     digest = "sha256:" + "a" * 64
-    assert container_identity_problems(f"/sglang sha256:{'b' * 64} lmsysorg/sglang@{digest}", "sglang", digest) == []
+    pinned = f"lmsysorg/sglang@{digest}"
+    assert container_identity_problems(f"/sglang sha256:{'b' * 64} {pinned}", "sglang", pinned) == []
     with pytest.raises(AnsibleFilterError, match="got 'only-two words'"):
-        container_identity_problems("only-two words", "sglang", digest)
+        container_identity_problems("only-two words", "sglang", pinned)
     with pytest.raises(AnsibleFilterError, match="got 'sglang' and None"):
         container_identity_problems(f"/sglang x lmsysorg/sglang@{digest}", "sglang", None)

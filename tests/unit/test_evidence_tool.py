@@ -51,3 +51,14 @@ def test_verify_names_changed_missing_and_extra_files(tmp_path):
     (run / "extra.txt").write_text("x")
     assert evidence.verify(run) == [("extra.txt", "not in manifest"), ("outcome.json", "changed"),
                                     ("result-card.md", "missing")]
+
+
+def test_card_telemetry_from_real_h200_readings_and_without_nvml():
+    real = json.loads((REPO / "tests" / "fixtures" / "h200x2-real" / "nvml-modules" / "telemetry.json").read_text())
+    assert evidence.telemetry_text([dict(real, requests=[0, 3]), dict(real, requests=[4, 5])]) == (
+        "power max 696 W, temperature max 55 C, SM clock medians 345-1500 MHz, clock events 0x1, 0x4")
+    named = {"available": True, "gpus": {"0": {**real["gpus"]["0"], "clock_events": ["SwPowerCap"]}}}
+    assert evidence.telemetry_text(named).endswith("clock events SwPowerCap")
+    assert evidence.telemetry_text([{"available": False, "reason": "no NVML: libnvidia-ml.so.1 not found"}]) == (
+        "not recorded (no NVML: libnvidia-ml.so.1 not found)")
+    assert evidence.telemetry_text(None) == "not recorded (no readings)"
