@@ -167,6 +167,8 @@ def test_promoted_unit_that_fails_to_start_puts_the_previous_original_back(good_
     assert result.returncode != 0
     assert f"promotion of run {run_id} failed and the previous original was put back" in result.stdout
     assert "Wait for the promoted engine's health endpoint" in result.stdout
+    # The rescue is rollback.yml's own restore, with its proof.
+    assert "TASK [rollout : Assert every file is byte for byte the snapshot]" in result.stdout
     assert unit_text() == original
     assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
     state = lab("systemctl", "show", "-p", "ActiveState,UnitFileState", "sglang.service").stdout
