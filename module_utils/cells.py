@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.engine_client import chat as http_chat
 from ansible.module_utils.nvml_facts import decode_clock_events
-from ansible.module_utils.prompts import contract_prompt, with_target
+from ansible.module_utils.prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 
 
 def request_record(index, result, words, pattern):
@@ -20,11 +20,10 @@ def request_record(index, result, words, pattern):
               "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
               "decode_tps": None, "error": result["error"], "contract_ok": None}
     if result["ok"]:
-        got = (result["content"] or "").split()
-        record["contract_ok"] = len(got) == words and all(pattern.match(w) for w in got)
+        record["contract_ok"] = contract_violation(result["content"], words, pattern) is None
         if not record["contract_ok"]:
             record["response"] = result["content"]
-        tokens = record["completion_tokens"] or len(got)
+        tokens = record["completion_tokens"] or len((result["content"] or "").split())
         if tokens > 1 and result["e2e_s"] > result["ttft_s"]:
             record["decode_tps"] = (tokens - 1) / (result["e2e_s"] - result["ttft_s"])
     return record
@@ -99,7 +98,7 @@ def run_cell(options):
     (the index of this chunk's first request within the cell), chat."""
     chat = options.get("chat", http_chat)
     words = options.get("contract_words", 32)
-    pattern = re.compile(options.get("contract_pattern", r"^[A-Z]+[0-9]+$"))
+    pattern = re.compile(options.get("contract_pattern", CONTRACT_PATTERN))
     n, concurrency = options["requests"], options.get("concurrency", 1)
     first = options.get("first_index", 0)
 

@@ -11,7 +11,14 @@ import time
 
 from ansible.module_utils.engine_client import chat as http_chat
 from ansible.module_utils.engine_client import get_json
-from ansible.module_utils.prompts import contract_prompt, needle_prompt, nonce, with_target
+from ansible.module_utils.prompts import (
+    CONTRACT_PATTERN,
+    contract_prompt,
+    contract_violation,
+    needle_prompt,
+    nonce,
+    with_target,
+)
 
 PLACE_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
                 "required": ["city", "country"]}
@@ -91,17 +98,14 @@ def tool_call(options):
 def contract(options):
     """Exactly N code words; a violation is recorded with the response, never dropped."""
     words = options.get("contract_words", 32)
-    pattern = re.compile(options.get("contract_pattern", r"^[A-Z]+[0-9]+$"))
+    pattern = re.compile(options.get("contract_pattern", CONTRACT_PATTERN))
     body, result = _request(options, [{"role": "user", "content": contract_prompt(words)}],
                             max_tokens=options.get("max_tokens", 2 * words + 16))
     expected = f"exactly {words} words matching {pattern.pattern}"
     if not result["ok"]:
         return body, _observed(result), expected, False, result["error"]
-    got = (result["content"] or "").split()
-    bad = [w for w in got if not pattern.match(w)]
-    ok = len(got) == words and not bad
-    reason = None if ok else f"{len(got)} words" + (f", not matching: {bad[:5]}" if bad else "")
-    return body, _observed(result), expected, ok, reason
+    reason = contract_violation(result["content"], words, pattern)
+    return body, _observed(result), expected, reason is None, reason
 
 
 def server_info(options):

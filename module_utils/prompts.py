@@ -4,6 +4,7 @@ Token counts here are word counts, an estimate: the engine's `usage.prompt_token
 actual count and is what records keep.
 """
 
+import re
 import uuid
 
 FILLER = ("the", "river", "stone", "lantern", "quiet", "market", "orchard", "signal", "harbor", "meadow",
@@ -40,6 +41,19 @@ def needle_prompt(target_tokens, depth, needle, salt=None):
     words = filler_words(budget, salt)
     cut = int(round(depth * len(words)))
     return " ".join([header, *words[:cut], sentence, *words[cut:], question])
+
+
+CONTRACT_PATTERN = r"^[A-Z]+[0-9]+$"
+
+
+def contract_violation(content, words, pattern=CONTRACT_PATTERN):
+    """None when `content` is exactly `words` words each matching `pattern` (a string or a
+    compiled pattern); else what is wrong. The one rule of the strict output contract."""
+    got = (content or "").split()
+    bad = [w for w in got if not re.match(pattern, w)]
+    if len(got) == words and not bad:
+        return None
+    return f"{len(got)} words" + (f", not matching: {bad[:5]}" if bad else "")
 
 
 def contract_prompt(words, salt=None):

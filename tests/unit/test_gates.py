@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils.gates import run_gate
-from ansible.module_utils.prompts import needle_prompt, with_target
+from ansible.module_utils.prompts import contract_violation, needle_prompt, with_target
 from conftest import free_port
 
 COMPLETIONS = ["smoke", "json", "needle", "tool_call", "contract"]
@@ -36,6 +36,14 @@ def test_contract_violation_is_recorded_with_the_response(engine_double):
     record = run_gate("contract", options(engine_double({"DOUBLE_FAULT": "extra_word"}).url))
     assert record["verdict"] == "fail" and record["reason"] == "33 words"
     assert len(record["observed"]["content"].split()) == 33
+
+
+def test_contract_rule_shared_by_the_gate_and_the_cells():
+    assert contract_violation("A1 B2 C3", 3) is None
+    assert contract_violation("A1 B2 C3 D4", 3) == "4 words"
+    assert contract_violation("A1 b2 C3", 3) == "3 words, not matching: ['b2']"
+    assert contract_violation(None, 2) == "0 words"
+    assert contract_violation("x1 y2", 2, r"^[a-z][0-9]$") is None
 
 
 @pytest.mark.parametrize("gate", COMPLETIONS)
