@@ -58,24 +58,12 @@ scan: {description: invocation_id, lines, ready, errors, nccl, custom_all_reduce
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
-from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file
 
 SECRET_TEXT_RE = re.compile(
     r"(?i)((?:--)?[\w.-]*(?:token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key)[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
     r"(?!<redacted>)([^\s'\",)]+)")
-
-
-def secret_values(module):
-    found = set()
-    for path in module.params["env_files"]:
-        try:
-            with open(path) as handle:
-                env = parse_env_file(handle.read())
-        except OSError:
-            continue
-        found |= {v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}
-    return found
 
 
 def redact(line, secrets):
@@ -113,7 +101,7 @@ def main():
     rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}")
-    secrets = secret_values(module)
+    secrets = secret_values(p["env_files"])
     lines = [redact(line, secrets) for line in out.splitlines()]
     text = "\n".join(lines)
     parsed = parse_log(text)

@@ -1,15 +1,19 @@
 """Read a variable from a unit's EnvironmentFiles on the host (the engine's API key), so that
 secrets are used where they live and never travel to the controller."""
 
-from ansible.module_utils.unit_recipe import parse_env_file
+from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file
+
+
+def read_env_file(path):
+    with open(path) as handle:
+        return parse_env_file(handle.read())
 
 
 def read_env_value(paths, name):
     """The value of `name` in the first of `paths` that sets it; ValueError naming what failed."""
     for path in paths:
         try:
-            with open(path) as handle:
-                value = parse_env_file(handle.read()).get(name)
+            value = read_env_file(path).get(name)
         except OSError as exc:
             raise ValueError(f"cannot read EnvironmentFile {path} for {name}: {exc.strerror}") from exc
         if value:
@@ -27,3 +31,16 @@ def module_api_key(module):
         module.fail_json(msg=str(exc))
     module.no_log_values.add(value)
     return value
+
+
+def secret_values(paths):
+    """Every secret-named value (4 characters or more) in the readable files among `paths`,
+    so a log line that holds one can be redacted."""
+    found = set()
+    for path in paths:
+        try:
+            env = read_env_file(path)
+        except OSError:
+            continue
+        found |= {v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}
+    return found

@@ -189,10 +189,9 @@ def detect_engine(command):
 
 def engine_args(command):
     """Engine flags -> value (True for a bare flag), in order; positional words under '_'."""
-    args, positional, i = {}, [], 0
-    start = next((n for n, a in enumerate(command) if a.startswith("-")), len(command))
-    positional = command[:start]
-    i = start
+    args = {}
+    i = next((n for n, a in enumerate(command) if a.startswith("-")), len(command))
+    positional = command[:i]
     while i < len(command):
         word = command[i]
         if word.startswith("-"):
@@ -292,9 +291,7 @@ def redact_unit_line(line):
     key, sep, value = line.partition("=")
     if not sep or key.strip().startswith(("#", ";", "[")):
         return line
-    words = [w.split("=", 1)[0] + "=" + REDACTED if "=" in w and is_secret_name(w.split("=", 1)[0])
-             and not w.split("=", 1)[1].startswith("$") else w for w in value.split(" ")]
-    return f"{key}={' '.join(redact_argv(words))}"
+    return f"{key}={' '.join(redact_argv(value.split(' ')))}"
 
 
 def redact_argv(argv):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
-GENERATED = ("decision.json", "result-card.md", "cells.png")
+ARMS = ("baseline-1", "candidate", "baseline-2")  # the bracket, in the order it ran
 
 
 def load(run, name, default=None):
@@ -115,7 +115,7 @@ def render_card(run):
     lines.append(f"Retained failures: {outcome.get('failure') or 'no candidate failure'}; "
                  f"contract violations in {len(violations)} cell(s); failed requests {failures or 'none'}.")
     lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
-    for arm in [a for a in ("baseline-1", "candidate", "baseline-2") if a in cells]:
+    for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
     nccl = (journal.get("candidate") or {}).get("nccl") or {}
     lines += ["", "## Evidence boundary", "",
@@ -145,7 +145,7 @@ def plot(run, dest):
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         data, labels = [], []
-        for arm in ("baseline-1", "candidate", "baseline-2"):
+        for arm in ARMS:
             cell = next((c for c in arms.get(arm, []) if c["name"] == name), None)
             if cell:
                 data.append([r["e2e_s"] * 1000 for r in cell["requests"] if r.get("error") is None])
