@@ -60,9 +60,10 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
+from ansible.module_utils.unit_recipe import SECRET_WORDS
 
 SECRET_TEXT_RE = re.compile(
-    r"(?i)((?:--)?[\w.-]*(?:token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key)[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
+    rf"(?i)((?:--)?[\w.-]*(?:{SECRET_WORDS})[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
     r"(?!<redacted>)([^\s'\",)]+)")
 
 

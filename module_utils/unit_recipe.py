@@ -8,7 +8,9 @@ credential) and never copied: a unit with an inline secret value is refused for 
 import re
 import shlex
 
-SECRET_NAME_RE = re.compile(r"(?i)(token(?!s\b|s_|izer)|secret|passw(or)?d|api[_-]?key|private[_-]?key|credential)")
+# What makes a name secret; journal_scan builds its log-line pattern from the same words.
+SECRET_WORDS = r"token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential"
+SECRET_NAME_RE = re.compile(rf"(?i)({SECRET_WORDS})")
 SECRET_ARGS = {"--api-key", "--hf-token", "--token"}
 REDACTED = "<redacted>"
 LIST_KEYS = {"ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost", "Environment",
