@@ -17,6 +17,11 @@ description:
     original in exactly one control, naming every difference.
   - Refuses to build a candidate from a unit holding an inline secret value (it would be
     copied); secrets belong in an EnvironmentFile.
+  - Captures the unit's effective NCCL configuration (every source with its precedence - start-up
+    hooks of the serving interpreter, the unit's or container's environment, the image's ENV,
+    NCCL_CONF_FILE or ~/.nccl.conf of the service user, /etc/nccl.conf - and the running main
+    process's and workers' NCCL_* environment), and refuses an env candidate that a
+    higher-precedence source would override or that would not change the effective value.
   - Read-only; supports check mode.
 options:
   unit:
@@ -53,7 +58,7 @@ EXAMPLES = r"""
 RETURN = r"""
 unit: {description: Name, fragment path, drop-in paths and state from systemctl show., type: dict, returned: always}
 files: {description: Unit, drop-ins and EnvironmentFiles with sha256 and kind., type: list, returned: always}
-recipe: {description: The parsed recipe, secrets redacted., type: dict, returned: always}
+recipe: {description: "The parsed recipe, secrets redacted; nccl_config holds the NCCL sources and effective values.", type: dict, returned: always}
 text_redacted: {description: The unit file with secret values redacted, for diffs., type: str, returned: always}
 candidate: {description: Sections, rendered text sha256 and the one difference., type: dict, returned: when change is given}
 comparison: {description: The one difference from compare_path., type: dict, returned: when compare_path is given}
@@ -63,6 +68,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
 from ansible.module_utils.unit_recipe import (
     RecipeError,
     apply_change,
@@ -99,6 +105,51 @@ def read(module, path, kind):
         module.fail_json(msg=f"cannot read {kind} {path}: {exc.strerror}")
     return data.decode("utf-8", "replace"), {"path": path, "kind": kind, "size": len(data),
                                               "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def read_optional(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def child_pids(pid):
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        text = read_optional(f"/proc/{pid}/task/{task}/children") or ""
+        found += [int(p) for p in text.split()]
+    return found
+
+
+def nccl_configuration(module, recipe, sections, state):
+    """Every source of NCCL settings for this unit, with precedence, and the running truth."""
+    user = (values(sections, "Service", "User") or ["root"])[-1]
+    try:
+        import pwd
+        home = pwd.getpwnam(user).pw_dir
+    except (KeyError, ImportError):
+        home = None
+    env_files = {}
+    for path in recipe["container_env_files"]:
+        text = read_optional(path)
+        if text is not None:
+            env_files[path] = text
+    sources, notes = read_sources(recipe, home, read_optional, lambda argv: module.run_command(argv),
+                                  container_env_files=env_files)
+    running = None
+    if recipe["runtime"] == "process" and state.get("ActiveState") == "active":
+        running = running_environment(state.get("ExecMainPID"), read_bytes, child_pids)
+    return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
 def redact_unit_text(text):
@@ -139,6 +190,8 @@ def main():
         module.fail_json(msg=f"cannot parse {params['unit']}: {exc}")
     result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,
               "recipe": redacted(recipe), "text_redacted": redact_unit_text(text)}
+    nccl = nccl_configuration(module, recipe, sections, state)
+    result["recipe"]["nccl_config"] = nccl
     if params["require_digest"] and recipe["runtime"] != "process" and not recipe["image_digest"]:
         module.fail_json(msg=f"image {recipe['image']!r} is not pinned by digest (@sha256:...); "
                              "restoration must be exact", **result)
@@ -148,6 +201,11 @@ def main():
             module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
                                  "an EnvironmentFile so a candidate can reference them without copying",
                              **result)
+        change = params["change"]
+        if change.get("kind") == "env":
+            problem = change_problem(nccl["sources"], change.get("name"), change.get("value"))
+            if problem:
+                module.fail_json(msg=f"candidate refused: {problem}", **result)
         try:
             candidate_sections = apply_change(sections, recipe, params["change"], keep_identity=params["promote"])
             rendered = render_sections(candidate_sections)

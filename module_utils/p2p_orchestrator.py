@@ -137,7 +137,8 @@ def pair_verdict(in_process, ipc):
 def transport_of(outputs):
     parsed = parse_log("\n".join(outputs))
     return {"summary": parsed["summary"], "versions": parsed["versions"],
-            "warnings": parsed["warnings"], "p2p_in_effect": p2p_in_effect(parsed)}
+            "warnings": parsed["warnings"], "p2p_in_effect": p2p_in_effect(parsed),
+            "p2p_reasons": parsed["proof"]["reasons"]}
 
 
 def compare_brackets(runs, sizes):

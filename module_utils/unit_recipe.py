@@ -255,6 +255,7 @@ def parse_recipe(sections, env_files=None):
         "unit_env": unit_env,
         "env_file_env": file_env,
         "env_files": env_file_paths + container_env_files,
+        "container_env_files": container_env_files,
         "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
     }
     for field, flags in ENGINE_ARG_ALIASES.items():

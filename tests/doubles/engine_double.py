@@ -20,6 +20,8 @@ Configuration (environment, all optional):
                               CUMEM (NCCL_CUMEM_ENABLE=1), CUSTOM_AR (custom all-reduce on).
   DOUBLE_NCCL_VERSION         NCCL version printed (default 2.28.9); CUDA in DOUBLE_CUDA (13.0)
   DOUBLE_NCCL_CHANNELS        channels printed per ring edge (default 2)
+  DOUBLE_NCCL_TOPOLOGY        "two-roots": the GPUs sit on two PCIe root complexes, so with P2P
+                              allowed the pairs across them print SHM (a mixed log)
   DOUBLE_VERSION              engine version reported by /server_info (default 0.5.5)
   DOUBLE_FAULT                comma-separated faults:
       fail_at_start           exit 1 with a Traceback before ready
@@ -242,30 +244,55 @@ class Engine:
     def log(self, line):
         print(line, flush=True)
 
+    def transport(self, src, dst):
+        """The 'via' text NCCL would print for one connection, from the environment."""
+        version = tuple(int(x) for x in self.env.get("DOUBLE_NCCL_VERSION", "2.28.9").split("."))
+        shm = "SHM/direct" if version >= (2, 30, 7) else "SHM/direct/direct"
+        if not self.p2p or "ignore_p2p" in self.faults:
+            return shm
+        half = max(self.args.tp_size // 2, 1)
+        if self.env.get("DOUBLE_NCCL_TOPOLOGY") == "two-roots" and (src < half) != (dst < half):
+            return shm  # across PCIe root complexes NCCL falls back to SHM
+        return "P2P/CUMEM" if self.cumem else "P2P/IPC"
+
     def nccl_lines(self):
+        """Start-up lines shaped like a real single-node NCCL_DEBUG=INFO log: one process per
+        rank, a communicator line per rank, the ring order per channel, one-direction ring
+        connections per channel, "Connected all rings", tree chains, "Connected all trees"."""
         host, pid = socket.gethostname(), os.getpid()
         version = self.env.get("DOUBLE_NCCL_VERSION", "2.28.9")
         cuda = self.env.get("DOUBLE_CUDA", "13.0")
         channels = int(self.env.get("DOUBLE_NCCL_CHANNELS", "2"))
-        if self.p2p and "ignore_p2p" not in self.faults:
-            transport = "P2P/CUMEM" if self.cumem else "P2P/IPC"
-        else:
-            patch = tuple(int(x) for x in version.split("."))
-            transport = "SHM/direct" if patch >= (2, 30, 7) else "SHM/direct/direct"
         ranks = self.args.tp_size
+
+        def say(rank, text):
+            self.log(f"{host}:{pid + rank}:{pid + rank} [{rank}] NCCL INFO {text}")
+
+        def connect(channel, src, dst):
+            via = self.transport(src, dst)
+            # Real NCCL 2.28 prints "Channel 00/0 :" for P2P and "Channel 00 :" for SHM.
+            label = f"{channel:02d}/0" if via.startswith("P2P") else f"{channel:02d}"
+            say(src, f"Channel {label} : {src}[{src}] -> {dst}[{dst}] via {via}")
+
         for rank in range(ranks):
-            self.log(f"{host}:{pid}:{pid} [{rank}] NCCL INFO NCCL version {version}+cuda{cuda}")
+            say(rank, f"NCCL version {version}+cuda{cuda}")
         if ranks < 2:
             return
         for rank in range(ranks):
-            peer = (rank + 1) % ranks
-            for channel in range(channels):
-                # Real NCCL 2.28 prints "Channel 00/0 :" for P2P and "Channel 00 :" for SHM.
-                label = f"{channel:02d}/0" if transport.startswith("P2P") else f"{channel:02d}"
-                self.log(
-                    f"{host}:{pid}:{pid} [{rank}] NCCL INFO Channel {label} : "
-                    f"{rank}[{rank}] -> {peer}[{peer}] via {transport}"
-                )
+            say(rank, f"comm 0x{0x7f000 + rank:x} rank {rank} nRanks {ranks} nNodes 1 localRanks {ranks} "
+                      f"localRank {rank} MNNVL 0")
+        for channel in range(channels):
+            say(0, f"Channel {channel:02d}/{channels} : " + " ".join(str(r) for r in range(ranks)))
+        for channel in range(channels):
+            for rank in range(ranks):
+                connect(channel, rank, (rank + 1) % ranks)
+        for rank in range(ranks):
+            say(rank, "Connected all rings")
+        for channel in range(channels):
+            for rank in range(1, ranks):
+                connect(channel, rank, rank - 1)
+        for rank in range(ranks):
+            say(rank, "Connected all trees")
 
     def start(self):
         self.log(f"engine_double (TEST DOUBLE for SGLang {self.server_info()['version']}) starting")

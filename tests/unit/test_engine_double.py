@@ -40,6 +40,24 @@ def test_startup_lines_follow_environment(engine_double, env, expected):
     assert all(i < ready for i, line in enumerate(lines) if " via " in line)
 
 
+@pytest.mark.parametrize("tp, topology, in_effect", [
+    (4, None, True), (8, None, True), (8, "two-roots", False), (4, "two-roots", False)])
+def test_multi_rank_startup_logs_are_rings_and_trees_judged_by_the_proof(engine_double, tp, topology, in_effect):
+    from ansible.module_utils import nccl_facts
+    env = {"NCCL_P2P_DISABLE": "0", **({"DOUBLE_NCCL_TOPOLOGY": topology} if topology else {})}
+    parsed = nccl_facts.parse_log(engine_double(env, args=["--tp-size", str(tp)]).stop())
+    pairs = {(p["src"], p["dst"]) for p in parsed["pairs"]}
+    assert (tp - 1, 0) in pairs and (0, tp - 1) not in pairs  # the ring closes one way only
+    assert parsed["nranks"] == tp and parsed["proof"]["ranks"] == list(range(tp))
+    assert parsed["proof"]["in_effect"] is in_effect, parsed["proof"]
+    if topology:
+        half = tp // 2
+        assert parsed["proof"]["reasons"][0] == f"rank {half - 1} -> rank {half} on channel 00 via SHM/direct/direct"
+    # With P2P disabled, every connection is SHM whatever the topology.
+    disabled = nccl_facts.parse_log(engine_double({**env, "NCCL_P2P_DISABLE": "1"}, args=["--tp-size", str(tp)]).stop())
+    assert {t for p in disabled["pairs"] for t in p["transports"]} == {"SHM"}
+
+
 def test_health_is_503_while_starting_then_200(engine_double):
     double = engine_double({"DOUBLE_STARTUP_S": "1.0"}, ready=False)
     time.sleep(0.3)
