@@ -55,6 +55,28 @@ options:
     type: list
     elements: int
     default: [43008, 33554432]
+  allreduce_method:
+    description: >-
+      C(graph) - NCCL called directly and captured in a CUDA graph, timed with CUDA events (no host
+      launch cost; what a CUDA-graph decode step sees, and what nccl-tests reports); C(eager) - a
+      Python loop of torch.distributed.all_reduce (bound by host launch cost at decode sizes).
+    type: str
+    choices: [graph, eager]
+    default: graph
+  nccl_tests:
+    description: >-
+      NVIDIA nccl-tests' all_reduce_perf as a cross-check beside the probe, run with each arm's
+      environment at each size - C(auto) finds it on PATH, a path names it, empty skips it.
+    type: str
+    default: auto
+  ipc_pairs:
+    description: >-
+      Ordered pairs that also get the cross-process (CUDA IPC) copy - C(all), C(ring) (each GPU
+      to its two ring neighbours, both directions), or C(auto) (all up to 4 GPUs, ring above);
+      in-process copies always cover every ordered pair.
+    type: str
+    choices: [all, ring, auto]
+    default: auto
   allreduce_iters:
     description: All-reduces per timing sample.
     type: int
@@ -124,11 +146,16 @@ import time
 
 from ansible.module_utils import p2p_worker
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.nccl_tests import command as nccl_tests_command
+from ansible.module_utils.nccl_tests import parse_output as parse_nccl_tests
+from ansible.module_utils.nccl_tests import wrong_total
 from ansible.module_utils.p2p_orchestrator import (
     Budget,
     bracket_order,
     compare_brackets,
+    cross_check,
     free_port,
+    ipc_pairs,
     link_peak_gbps,
     ordered_pairs,
     overall_verdict,
@@ -178,6 +205,41 @@ def worker_command(params, worker_path, command, args, env):
     return [*prefix, "--entrypoint", params["python"], params["image"], *tail]
 
 
+def run_nccl_tests(module, params, gpus, base_env, budget):
+    """all_reduce_perf per arm (bracketed like the probe) and size, parsed; or why not."""
+    binary = params["nccl_tests"]
+    if not binary:
+        return {"status": "skipped", "reason": "nccl_tests is empty"}
+    if binary == "auto":
+        binary = module.get_bin_path("all_reduce_perf")
+        if not binary:
+            return {"status": "not found", "reason": "all_reduce_perf is not on PATH"}
+    if params["runtime"]:
+        return {"status": "skipped", "reason": "the probe runs in the serving image; nccl-tests runs on the host only"}
+    runs = []
+    visible = ",".join(str(g) for g in gpus)
+    for name in bracket_order(params["bracket"], list(params["env_sets"])):
+        env = {**base_env, **{k: str(v) for k, v in params["env_sets"][name].items()}, "CUDA_VISIBLE_DEVICES": visible}
+        sizes = []
+        for size in params["allreduce_sizes"]:
+            if budget.exhausted():
+                sizes.append({"bytes": size, "status": "skipped"})
+                continue
+            # Like with like: the graph probe against all_reduce_perf's CUDA-graph mode (-G).
+            shape = {"iters": 100, "graph_launches": 10} if params["allreduce_method"] == "graph" else {}
+            argv = nccl_tests_command(binary, size, len(gpus), **shape)
+            done = run_processes([argv], [env], budget.next_timeout())[0]
+            parsed = parse_nccl_tests(done["output"])
+            row = next((r for r in parsed["rows"] if r["bytes"] == size), None)
+            sizes.append({"bytes": size, "status": "ok" if row and done["returncode"] == 0 else done["status"],
+                          "time_us": row["out_of_place"]["time_us"] if row else None,
+                          "in_place_time_us": row["in_place"]["time_us"] if row else None,
+                          "wrong": wrong_total(parsed), "version": parsed["version"],
+                          "errors": parsed["errors"] or ([done["output"][-400:]] if not row else [])})
+        runs.append({"label": name, "sizes": sizes})
+    return {"status": "ok", "binary": binary, "runs": runs}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -191,6 +253,9 @@ def main():
             "copy_iters": {"type": "int", "default": 20},
             "allreduce_sizes": {"type": "list", "elements": "int", "default": [43008, 32 * 2**20]},
             "allreduce_iters": {"type": "int", "default": 100},
+            "allreduce_method": {"type": "str", "choices": ["graph", "eager"], "default": "graph"},
+            "nccl_tests": {"type": "str", "default": "auto"},
+            "ipc_pairs": {"type": "str", "choices": ["all", "ring", "auto"], "default": "auto"},
             "allreduce_reps": {"type": "int", "default": 5},
             "env_sets": {"type": "dict", "default": {"no_p2p": {"NCCL_P2P_DISABLE": "1"},
                                                      "p2p": {"NCCL_P2P_DISABLE": "0"}}},
@@ -236,7 +301,8 @@ def main():
     pairs = ordered_pairs(gpus)
     peer = {"status": "skipped", "result": None, "output": ""}
     if not budget.exhausted():
-        peer = launch("peer", {"gpus": gpus, "pairs": pairs, "bytes": params["copy_bytes"],
+        peer = launch("peer", {"gpus": gpus, "pairs": pairs, "ipc_pairs": ipc_pairs(gpus, params["ipc_pairs"]),
+                               "bytes": params["copy_bytes"],
                                "iters": params["copy_iters"], "ipc_bytes": params["ipc_bytes"],
                                "max_gpu_mem_mib": params["max_gpu_mem_mib"], "seed": 7}, [base_env])[0]
     peer_result = peer["result"] or {}
@@ -245,6 +311,9 @@ def main():
     pair_rows = []
     for src, dst in pairs:
         row = {"src": src, "dst": dst, "in_process": in_process.get((src, dst)), "ipc": ipc.get((src, dst))}
+        if row["ipc"] is None and (src, dst) not in ipc and peer["status"] == "ok" and \
+                (src, dst) not in {tuple(p) for p in ipc_pairs(gpus, params["ipc_pairs"])}:
+            row["ipc"] = {"skipped": f"ipc_pairs={params['ipc_pairs']}"}
         row["verdict"] = peer["status"] if peer["status"] in ("hung", "skipped") else \
             pair_verdict(row["in_process"], row["ipc"])
         link = link_peak_gbps(src, dst, preflight.get("gpus", []), params["nvlink_gbps_per_link"])
@@ -264,7 +333,8 @@ def main():
         envs = [{**base_env, **{k: str(v) for k, v in params["env_sets"][name].items()},
                  "NCCL_DEBUG": "INFO", "RANK": str(rank), "WORLD_SIZE": str(len(gpus)),
                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} for rank in range(len(gpus))]
-        ranks = launch("allreduce", {"gpus": gpus, "sizes": params["allreduce_sizes"],
+        worker = "allreduce_graph" if params["allreduce_method"] == "graph" else "allreduce"
+        ranks = launch(worker, {"gpus": gpus, "sizes": params["allreduce_sizes"],
                                      "iters": params["allreduce_iters"], "reps": params["allreduce_reps"],
                                      "max_gpu_mem_mib": params["max_gpu_mem_mib"]}, envs)
         statuses = {r["status"] for r in ranks}
@@ -275,14 +345,21 @@ def main():
                      "transport": transport_of([r["output"] for r in ranks]),
                      "errors": [r["output"][-600:] for r in ranks if r["status"] != "ok"]})
 
+    reference = run_nccl_tests(module, params, gpus, base_env, budget)
+
     result = {
         "gpus": gpus,
         "preflight": preflight,
         "pairs": pair_rows,
         "peer_status": peer["status"],
+        "peer_timing": {"phase_s": peer.get("seconds"), "in_process_s": peer_result.get("in_process_seconds"),
+                        "ipc_s": peer_result.get("ipc_seconds"), "ipc_policy": params["ipc_pairs"]},
         "peer_errors": peer["output"][-800:] if peer["status"] != "ok" else None,
         "allreduce": {"order": params["bracket"], "env_sets": params["env_sets"], "runs": runs,
+                      "method": params["allreduce_method"],
                       "comparison": compare_brackets(runs, params["allreduce_sizes"])},
+        "nccl_tests": reference,
+        "cross_check": cross_check(runs, reference["runs"]) if reference.get("runs") else None,
         "elapsed_s": time.monotonic() - started,
     }
     result["verdict"] = overall_verdict(pair_rows, runs)

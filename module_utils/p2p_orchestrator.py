@@ -104,6 +104,50 @@ def ordered_pairs(gpus):
     return [(a, b) for a in gpus for b in gpus if a != b]
 
 
+def ipc_pairs(gpus, policy="auto"):
+    """Ordered pairs that get the cross-process copy. n GPUs have n(n-1) ordered pairs (56 at 8):
+    'ring' keeps each GPU's two ring neighbours, both directions (2n pairs, every GPU sends and
+    receives through IPC); 'auto' is 'all' up to 4 GPUs and 'ring' above."""
+    if policy not in ("all", "ring", "auto"):
+        raise ValueError(f"ipc_pairs must be all, ring or auto, got {policy!r}")
+    if policy == "all" or (policy == "auto" and len(gpus) <= 4):
+        return ordered_pairs(gpus)
+    n = len(gpus)
+    ring = {(gpus[i], gpus[(i + 1) % n]) for i in range(n)} | {(gpus[(i + 1) % n], gpus[i]) for i in range(n)}
+    return sorted(ring)
+
+
+def estimate_seconds(n, fixed_s, in_process_pair_s, ipc_pair_s, ipc_fixed_s, allreduce_run_s, runs=3,
+                     policy="auto"):
+    """Predicted wall time of the peer-path check on n GPUs, from figures measured on fewer:
+    the fixed start-up, per-pair copy costs times the pairs the policy selects, and the
+    collective runs (one n-rank run per bracket arm; NCCL init grows mildly with n)."""
+    pairs = n * (n - 1)
+    ipc = len(ipc_pairs(list(range(n)), policy))
+    return {"gpus": n, "ordered_pairs": pairs, "ipc_pairs": ipc,
+            "seconds": fixed_s + pairs * in_process_pair_s + ipc_fixed_s + ipc * ipc_pair_s + runs * allreduce_run_s}
+
+
+def cross_check(probe_runs, reference_runs):
+    """Per size and arm: the probe's median latency beside nccl-tests' (medians over bracket
+    runs), and their ratio."""
+    def medians(runs, key):
+        out = {}
+        for run in runs:
+            for size in run.get("sizes", []):
+                value = size.get(key)
+                if value:
+                    out.setdefault((run["label"], size["bytes"]), []).append(value)
+        return {k: statistics.median(v) for k, v in out.items()}
+    probe, reference = medians(probe_runs, "median_us"), medians(reference_runs, "time_us")
+    rows = []
+    for (label, nbytes), ref in sorted(reference.items()):
+        mine = probe.get((label, nbytes))
+        rows.append({"label": label, "bytes": nbytes, "probe_us": mine, "nccl_tests_us": ref,
+                     "ratio": mine / ref if mine else None})
+    return rows
+
+
 def link_peak_gbps(src, dst, preflight_gpus, nvlink_gbps=NVLINK_GBPS_PER_LINK):
     """Per-direction peak of the link between two GPUs: NVLink count x rate, else PCIe gen x width."""
     by_index = {g["index"]: g for g in preflight_gpus}
@@ -124,10 +168,11 @@ def link_peak_gbps(src, dst, preflight_gpus, nvlink_gbps=NVLINK_GBPS_PER_LINK):
 
 
 def pair_verdict(in_process, ipc):
-    """ok / corrupt / no_peer_access / error for one ordered pair."""
+    """ok / corrupt / no_peer_access / error for one ordered pair (IPC left out by policy:
+    judged on the in-process copy)."""
     if not in_process or not ipc:
         return "error"
-    if not in_process.get("verified") or not ipc.get("verified"):
+    if not in_process.get("verified") or not (ipc.get("skipped") or ipc.get("verified")):
         return "corrupt"
     if not in_process.get("can_access_peer"):
         return "no_peer_access"

@@ -4,9 +4,14 @@ Executed as a script by p2p_check (its source is shipped by the module), one sub
 per process, each printing one line `P2PCHECK_RESULT <json>`:
 
   preflight  {"gpus": [...]}                        GPUs, compute processes, link facts
-  peer       {"gpus", "pairs", "bytes", "iters", "ipc_bytes", "max_gpu_mem_mib", "seed"}
+  peer       {"gpus", "pairs", "ipc_pairs", "bytes", "iters", "ipc_bytes", "max_gpu_mem_mib", "seed"}
   allreduce  {"gpus", "sizes", "iters", "reps", "max_gpu_mem_mib"} (one process per rank;
-             RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment)
+             RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment): torch.distributed,
+             called eagerly from Python (bound by host launch cost at decode sizes)
+  allreduce_graph  the same arguments: NCCL's ncclAllReduce called directly (ctypes, on the
+             libnccl the process's torch loaded) and captured in a CUDA graph of `iters` calls,
+             replayed `reps` times and timed with CUDA events: no host launch cost in the
+             timing, as an engine's CUDA-graph decode step sees it
 
 Data patterns come from a seeded CPU generator and reach each GPU by host copies, so the
 receiver's expected bytes never travel the peer path under test.
@@ -175,22 +180,30 @@ def peer(args):
     cap_memory(torch, gpus, args["max_gpu_mem_mib"])
     out = {"in_process": [], "ipc": []}
     data = pattern(torch, args["bytes"], args["seed"])
+    started = time.perf_counter()
     for src, dst in pairs:
+        pair_started = time.perf_counter()
         out["in_process"].append(peer_pair(torch, src, dst, data, args["iters"]))
+        out["in_process"][-1]["seconds"] = time.perf_counter() - pair_started
         torch.cuda.empty_cache()
+    out["in_process_seconds"] = time.perf_counter() - started
     context = mp.get_context("spawn")
     requests, responses = context.Queue(), context.Queue()
     child = context.Process(target=ipc_receiver,
                             args=(requests, responses, args["max_gpu_mem_mib"], args["seed"]))
+    started = time.perf_counter()
     child.start()
-    for src, dst in pairs:
+    for src, dst in args.get("ipc_pairs", pairs):
+        pair_started = time.perf_counter()
         shared = pattern(torch, args["ipc_bytes"], args["seed"] + 1000 * src + dst).to(f"cuda:{src}")
         requests.put((src, dst, shared))
         out["ipc"].append(responses.get())  # keep `shared` alive until the child is done with it
+        out["ipc"][-1]["seconds"] = time.perf_counter() - pair_started
         del shared
     requests.put(None)
     child.join()
     out["ipc_exit_code"] = child.exitcode
+    out["ipc_seconds"] = time.perf_counter() - started  # the receiver's start (torch import, CUDA init) included
     return out
 
 
@@ -236,7 +249,107 @@ def allreduce(args):
     return {"rank": rank, "world_size": world, "sizes": sizes}
 
 
-COMMANDS = {"preflight": preflight, "peer": peer, "allreduce": allreduce}
+NCCL_BFLOAT16, NCCL_SUM = 9, 0  # ncclDataType_t and ncclRedOp_t values (nccl.h, NCCL >= 2.10)
+
+
+def load_nccl(torch):
+    """The libnccl this process's torch already loaded (dlopen by soname returns it)."""
+    import ctypes
+
+    torch.cuda.init()
+    lib = ctypes.CDLL("libnccl.so.2")
+    lib.ncclGetErrorString.restype = ctypes.c_char_p
+    return lib
+
+
+def nccl_check(lib, status, what):
+    if status != 0:
+        raise RuntimeError(f"{what} failed: NCCL error {status} ({lib.ncclGetErrorString(status).decode()})")
+
+
+def allreduce_graph(args):
+    import ctypes
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    gpu = args["gpus"][rank]
+    torch.cuda.set_device(gpu)
+    cap_memory(torch, [gpu], args["max_gpu_mem_mib"])
+    lib = load_nccl(torch)
+
+    class UniqueId(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_byte * 128)]
+
+    # The unique id travels through torch's TCPStore (rank 0 serves it), nothing else of torch.distributed.
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=datetime.timedelta(seconds=60))
+    uid = UniqueId()
+    if rank == 0:
+        nccl_check(lib, lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+        store.set("nccl_uid", bytes(uid.internal))
+    else:
+        ctypes.memmove(uid.internal, store.get("nccl_uid"), 128)
+    comm = ctypes.c_void_p()
+    nccl_check(lib, lib.ncclCommInitRank(ctypes.byref(comm), world, uid, rank), "ncclCommInitRank")
+    version = ctypes.c_int()
+    lib.ncclGetVersion(ctypes.byref(version))
+
+    def all_reduce(tensor, stream):
+        nccl_check(lib, lib.ncclAllReduce(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_void_p(tensor.data_ptr()),
+                                          ctypes.c_size_t(tensor.numel()), NCCL_BFLOAT16, NCCL_SUM, comm,
+                                          ctypes.c_void_p(stream.cuda_stream)), "ncclAllReduce")
+
+    stream = torch.cuda.Stream()
+    tick = torch.zeros(1, dtype=torch.bfloat16, device=f"cuda:{gpu}")
+    expected_sum = world * (world + 1) / 2
+    sizes = []
+    for nbytes in args["sizes"]:
+        numel = nbytes // 2  # bf16
+        with torch.cuda.stream(stream):
+            check = torch.full((numel,), float(rank + 1), dtype=torch.bfloat16, device=f"cuda:{gpu}")
+            all_reduce(check, stream)
+            work = torch.zeros(numel, dtype=torch.bfloat16, device=f"cuda:{gpu}")
+            for _ in range(10):
+                all_reduce(work, stream)
+        stream.synchronize()
+        correct = bool(torch.all(check == expected_sum).item())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(args["iters"]):
+                all_reduce(work, torch.cuda.current_stream())
+        graph.replay()  # warm-up replay
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(args["reps"]):
+            with torch.cuda.stream(stream):
+                all_reduce(tick, stream)  # line the ranks up, outside the timed span
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                graph.replay()
+                end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / args["iters"] * 1000)  # us per call
+        with torch.cuda.stream(stream):
+            check.fill_(float(rank + 1))
+            all_reduce(check, stream)
+        stream.synchronize()
+        correct = correct and bool(torch.all(check == expected_sum).item())
+        median_us = statistics.median(samples)
+        algbw = nbytes / (median_us * 1e-6) / 1e9
+        sizes.append({"bytes": nbytes, "median_us": median_us, "samples_us": samples,
+                      "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world,
+                      "correct": correct})
+        del graph, check, work
+    torch.cuda.synchronize()
+    lib.ncclCommDestroy(comm)
+    return {"rank": rank, "world_size": world, "sizes": sizes, "method": "nccl-cuda-graph",
+            "nccl_loaded": version.value}
+
+
+COMMANDS = {"preflight": preflight, "peer": peer, "allreduce": allreduce, "allreduce_graph": allreduce_graph}
 
 
 def main():

@@ -80,3 +80,41 @@ def test_collective_error_is_reported(tmp_path):
 def test_memory_cap_is_checked_before_anything_runs(tmp_path):
     result = peer_path(tmp_path, "ok", peer_path_copy_bytes=8 * 2**30)
     assert result.returncode != 0 and "over max_gpu_mem_mib=4096" in result.stdout
+
+
+FAKE_PERF = str(REPO / "tests" / "doubles" / "fake_all_reduce_perf")
+
+
+def test_graph_probe_with_the_nccl_tests_cross_check_per_arm(tmp_path):
+    result = peer_path(tmp_path, "ok", peer_path_nccl_tests=FAKE_PERF)
+    assert result.returncode == 0, result.stdout[-2000:]
+    obs = observation(tmp_path)
+    assert obs["allreduce"]["method"] == "graph"
+    assert obs["allreduce"]["comparison"][0]["ratio"] == pytest.approx(7.5 / 14.0)  # the decode-size gain shows
+    assert obs["nccl_tests"]["status"] == "ok" and [r["label"] for r in obs["nccl_tests"]["runs"]] == \
+        ["no_p2p", "p2p", "no_p2p"]
+    assert all(s["wrong"] == 0 and s["version"] == "2.19.6" for r in obs["nccl_tests"]["runs"] for s in r["sizes"])
+    small = {row["label"]: row for row in obs["cross_check"] if row["bytes"] == 43008}
+    # Graph probe against all_reduce_perf in graph mode (-G): like with like.
+    assert small["p2p"]["nccl_tests_us"] == 7.6 and small["p2p"]["ratio"] == pytest.approx(7.5 / 7.6)
+    assert small["no_p2p"]["ratio"] == pytest.approx(14.0 / 14.1)
+
+
+def test_missing_nccl_tests_is_named_and_eager_method_still_available(tmp_path):
+    result = peer_path(tmp_path, "ok", peer_path_allreduce_method="eager")
+    assert result.returncode == 0, result.stdout[-2000:]
+    obs = observation(tmp_path)
+    assert obs["nccl_tests"] == {"status": "not found", "reason": "all_reduce_perf is not on PATH"}
+    assert obs["allreduce"]["method"] == "eager" and obs["allreduce"]["comparison"][0]["ratio"] == \
+        pytest.approx(40 / 45)
+
+
+def test_eight_gpus_copy_every_pair_in_process_and_the_ring_over_ipc(tmp_path):
+    result = peer_path(tmp_path, "ok", peer_path_gpus=list(range(8)))
+    assert result.returncode == 0, result.stdout[-2000:]
+    obs = observation(tmp_path)
+    assert len(obs["pairs"]) == 56 and all(p["verdict"] == "ok" for p in obs["pairs"])
+    with_ipc = [(p["src"], p["dst"]) for p in obs["pairs"] if "skipped" not in p["ipc"]]
+    assert len(with_ipc) == 16 and (7, 0) in with_ipc and (0, 7) in with_ipc
+    assert obs["pairs"][1]["ipc"] == {"skipped": "ipc_pairs=auto"}  # 0 -> 2 is not a ring neighbour
+    assert obs["peer_timing"]["ipc_policy"] == "auto"
