@@ -77,6 +77,33 @@ options:
     type: str
     choices: [all, ring, auto]
     default: auto
+  model:
+    description: >-
+      The served model (a local path or a Hugging Face id): its config.json, found at the path or
+      in the Hugging Face cache of C(hf_homes), gives the decode all-reduce size (tokens x hidden x
+      dtype), which is added to C(allreduce_sizes), and the all-reduces per step (layers x 2).
+    type: str
+  model_revision:
+    description: The model revision (the HF cache snapshot to read).
+    type: str
+  model_config:
+    description: An explicit config.json path on the host (wins over C(model)).
+    type: path
+  hf_homes:
+    description: Hugging Face homes to search (the service user's, e.g. /root/.cache/huggingface).
+    type: list
+    elements: path
+    default: []
+  decode_shape:
+    description: Fallback when no config.json is found - layers and hidden_size (e.g. from the plan).
+    type: dict
+  tokens_per_step:
+    description: Tokens per decode step - 1, or k+1 for a speculative verify of k drafts.
+    type: int
+    default: 1
+  accepted_per_step:
+    description: Output tokens per step (mean accepted length with speculation); default tokens_per_step.
+    type: float
   allreduce_iters:
     description: All-reduces per timing sample.
     type: int
@@ -146,6 +173,13 @@ import time
 
 from ansible.module_utils import p2p_worker
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.decode_model import (
+    ModelShapeError,
+    config_candidates,
+    decode_allreduce,
+    predict,
+    shape_from_config,
+)
 from ansible.module_utils.nccl_tests import command as nccl_tests_command
 from ansible.module_utils.nccl_tests import parse_output as parse_nccl_tests
 from ansible.module_utils.nccl_tests import wrong_total
@@ -205,6 +239,39 @@ def worker_command(params, worker_path, command, args, env):
     return [*prefix, "--entrypoint", params["python"], params["image"], *tail]
 
 
+def decode_sizes(params):
+    """The model's shape and its decode all-reduce, from config.json on the host, else the given
+    fallback shape; and which source decided (recorded in the result)."""
+    def snapshots(base):
+        return os.listdir(base) if os.path.isdir(base) else []
+    paths = [params["model_config"]] if params["model_config"] else \
+        config_candidates(params["model"], params["model_revision"], params["hf_homes"], snapshots)
+    tried = []
+    for path in paths:
+        if not os.path.isfile(path):
+            tried.append(path)
+            continue
+        try:
+            with open(path) as handle:
+                shape = shape_from_config(json.load(handle), path)
+        except (OSError, ValueError) as exc:
+            return {"source": "error", "reason": f"{path}: {exc}"}
+        return {"source": f"config.json {path}", "shape": shape,
+                "call": decode_allreduce(shape, params["tokens_per_step"])}
+    if params["decode_shape"]:
+        try:
+            shape = shape_from_config({"num_hidden_layers": params["decode_shape"].get("layers"),
+                                       "hidden_size": params["decode_shape"].get("hidden_size"),
+                                       "torch_dtype": params["decode_shape"].get("dtype", "bfloat16")},
+                                      "decode_shape")
+        except ModelShapeError as exc:
+            return {"source": "error", "reason": str(exc)}
+        return {"source": "decode_shape (plan or inventory)", "shape": shape, "tried": tried,
+                "call": decode_allreduce(shape, params["tokens_per_step"])}
+    return {"source": "none", "tried": tried,
+            "reason": "no config.json found and no decode_shape given: sizes are the defaults only"}
+
+
 def run_nccl_tests(module, params, gpus, base_env, budget):
     """all_reduce_perf per arm (bracketed like the probe) and size, parsed; or why not."""
     binary = params["nccl_tests"]
@@ -256,6 +323,13 @@ def main():
             "allreduce_method": {"type": "str", "choices": ["graph", "eager"], "default": "graph"},
             "nccl_tests": {"type": "str", "default": "auto"},
             "ipc_pairs": {"type": "str", "choices": ["all", "ring", "auto"], "default": "auto"},
+            "model": {"type": "str"},
+            "model_revision": {"type": "str"},
+            "model_config": {"type": "path"},
+            "hf_homes": {"type": "list", "elements": "path", "default": []},
+            "decode_shape": {"type": "dict"},
+            "tokens_per_step": {"type": "int", "default": 1},
+            "accepted_per_step": {"type": "float"},
             "allreduce_reps": {"type": "int", "default": 5},
             "env_sets": {"type": "dict", "default": {"no_p2p": {"NCCL_P2P_DISABLE": "1"},
                                                      "p2p": {"NCCL_P2P_DISABLE": "0"}}},
@@ -297,6 +371,10 @@ def main():
             if g.get("compute_processes") and g["index"] in gpus}
     if busy and not params["force"]:
         module.fail_json(msg=f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
+
+    decode = decode_sizes(params)
+    if decode.get("call") and decode["call"]["bytes"] not in params["allreduce_sizes"]:
+        params["allreduce_sizes"] = sorted(params["allreduce_sizes"] + [decode["call"]["bytes"]])
 
     pairs = ordered_pairs(gpus)
     peer = {"status": "skipped", "result": None, "output": ""}
@@ -363,6 +441,19 @@ def main():
         "elapsed_s": time.monotonic() - started,
     }
     result["verdict"] = overall_verdict(pair_rows, runs)
+    if decode.get("shape"):
+        names = list(params["env_sets"])
+        measured = {name: {c["bytes"]: c[name]["median_us"] for c in result["allreduce"]["comparison"]
+                           if c.get(name, {}).get("median_us")} for name in names}
+        try:
+            decode["prediction"] = predict(decode["shape"], measured[names[0]], measured[names[1]],
+                                           params["tokens_per_step"],
+                                           accepted_per_step=params["accepted_per_step"])
+            decode["arms"] = {"baseline": names[0], "candidate": names[1]}
+        except (ModelShapeError, KeyError) as exc:
+            decode["prediction"] = None
+            decode["reason"] = f"no prediction: {exc}"
+    result["decode"] = decode
     module.exit_json(changed=False, p2p=result)
 
 

@@ -98,3 +98,47 @@ def below_min_effect(prediction, decode_ms_per_token, min_effect):
     return {"predicted_effect": effect, "min_effect": min_effect, "flag": effect < min_effect,
             "reason": (f"predicted decode gain {effect:.1%} is below the A/B's minimum effect {min_effect:.1%}"
                        if effect < min_effect else None)}
+
+
+def config_candidates(model, revision=None, hf_homes=(), snapshots=None):
+    """Where a served model's config.json can be on the host, in the order to try: the model
+    path itself (a local directory), then the Hugging Face cache of each HF_HOME
+    (hub/models--ORG--NAME/snapshots/REVISION/config.json; without a revision, each snapshot
+    that `snapshots(dir)` lists)."""
+    if not model:
+        return []
+    found = [f"{model.rstrip('/')}/config.json"] if model.startswith(("/", ".")) else []
+    repo_dir = "models--" + model.strip("/").replace("/", "--")
+    for home in hf_homes:
+        base = f"{home.rstrip('/')}/hub/{repo_dir}/snapshots"
+        if revision:
+            found.append(f"{base}/{revision}/config.json")
+        elif snapshots:
+            found += [f"{base}/{snap}/config.json" for snap in sorted(snapshots(base))]
+    return found
+
+
+def compare_with_cells(prediction, verdict_cells):
+    """Predicted beside measured, per eligible cell of an A/B: the decode rate change and the E2E
+    change the all-reduce saving predicts (from the baseline's own decode time), the measured
+    deltas, and the gap. TTFT is not predicted: prefill all-reduces are of another size."""
+    rows = []
+    for cell in verdict_cells or []:
+        metrics = cell.get("metrics") or {}
+        decode, e2e, ttft = metrics.get("decode_tps"), metrics.get("e2e_s"), metrics.get("ttft_s")
+        if not cell.get("eligible", True) or not decode or not e2e or not ttft:
+            rows.append({"cell": cell.get("cell"), "compared": False,
+                         "reason": "; ".join(cell.get("reasons") or []) or "no decode/E2E/TTFT metrics"})
+            continue
+        ms_per_token = 1000.0 / decode["baseline"]["median"]
+        saved = prediction["saved_per_token_ms"] / ms_per_token  # fraction of decode time saved
+        decode_time = e2e["baseline"]["median"] - ttft["baseline"]["median"]
+        predicted_e2e = -decode_time * saved / e2e["baseline"]["median"]
+        predicted_decode = 1.0 / (1.0 - saved) - 1.0 if saved < 1 else None
+        rows.append({"cell": cell["cell"], "compared": True, "baseline_ms_per_token": ms_per_token,
+                     "predicted_decode_delta": predicted_decode, "measured_decode_delta": decode.get("delta"),
+                     "predicted_e2e_delta": predicted_e2e, "measured_e2e_delta": e2e.get("delta"),
+                     "measured_ttft_delta": ttft.get("delta"),
+                     "decode_gap": (decode.get("delta") - predicted_decode) if predicted_decode is not None
+                     and decode.get("delta") is not None else None})
+    return rows

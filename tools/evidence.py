@@ -4,12 +4,20 @@
                      add the run to <evidence>/index.json (never overwriting a finalized run)
   card RUN_DIR       print the result card re-rendered from the run directory
   verify RUN_DIR     check every file against manifest.json; exit 1 naming each changed file
+  predict HOST_DIR MIN_EFFECT [DECODE_MS_PER_TOKEN]
+                     the decode-size probe's prediction for this host (its newest peer-path
+                     evidence) against the A/B's minimum effect, before GPU time is spent;
+                     the baseline's time per token comes from the argument or the host's
+                     newest finished rollout
 """
 
 import hashlib
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
+import decode_model  # noqa: E402  (pure: the same arithmetic the peer-path check uses)
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
@@ -38,7 +46,56 @@ def decision_record(run):
             "candidate_id": outcome.get("candidate_id"), "verdict": final, "rule": verdict.get("rule"),
             "reasons": reasons, "restored": bool(outcome.get("restored")),
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
-            "promotion": "a separate, explicit human step (promote.yml with the run id)"}
+            "promotion": "a separate, explicit human step (promote.yml with the run id)",
+            "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison")}
+
+
+def latest_prediction(host_dir):
+    """The newest peer-path observation of a host that carries a decode prediction, or None."""
+    for path in sorted(Path(host_dir).glob("peer-path-*/peer-path-observation.json"), reverse=True):
+        decode = (json.loads(path.read_text()).get("peer_path") or {}).get("decode") or {}
+        if decode.get("prediction"):
+            return {"evidence": str(path.relative_to(Path(host_dir).parent)), **decode}
+    return None
+
+
+def baseline_ms_per_token(host_dir):
+    """The newest finished rollout's baseline decode time per token (median over its cells)."""
+    for run in sorted(Path(host_dir).glob("rollout-*"), reverse=True):
+        cells = load(run, "ab-verdict.json", {}).get("cells", [])
+        rates = [c["metrics"]["decode_tps"]["baseline"]["median"] for c in cells
+                 if c.get("eligible", True) and "decode_tps" in c.get("metrics", {})]
+        if rates:
+            return {"ms_per_token": 1000.0 / sorted(rates)[len(rates) // 2], "run": run.name}
+    return None
+
+
+def predict_flag(host_dir, min_effect, decode_ms_per_token=None):
+    """Whether the candidate's predicted decode gain clears the A/B's minimum effect."""
+    prediction = latest_prediction(host_dir)
+    if not prediction:
+        return {"flag": False, "known": False, "reason": "no peer-path evidence with a decode prediction"}
+    baseline = {"ms_per_token": decode_ms_per_token, "run": "given"} if decode_ms_per_token else \
+        baseline_ms_per_token(host_dir)
+    if not baseline:
+        return {"flag": False, "known": False, "prediction": prediction["prediction"],
+                "reason": "no baseline decode time per token (no finished rollout, none given)"}
+    flag = decode_model.below_min_effect(prediction["prediction"], baseline["ms_per_token"], min_effect)
+    return {**flag, "known": True, "baseline": baseline, "evidence": prediction["evidence"],
+            "saved_per_token_ms": prediction["prediction"]["saved_per_token_ms"]}
+
+
+def prediction_record(run):
+    """prediction.json of a run: the host's decode prediction beside this run's measured deltas."""
+    run = Path(run)
+    prediction = latest_prediction(run.parent)
+    if not prediction:
+        return None
+    cells = load(run, "ab-verdict.json", {}).get("cells", [])
+    return {"schema": "serving-rollout.prediction/v1", "evidence": prediction["evidence"],
+            "source": prediction.get("source"), "call": prediction.get("call"),
+            "prediction": prediction["prediction"],
+            "comparison": decode_model.compare_with_cells(prediction["prediction"], cells)}
 
 
 def pct(value):
@@ -117,6 +174,23 @@ def render_card(run):
     lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
     for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
+    prediction = load(run, "prediction.json")
+    if prediction:
+        p = prediction["prediction"]
+        lines += ["", "## Predicted vs measured (decode-size all-reduce probe)", "",
+                  f"From {prediction['evidence']} ({prediction.get('source')}): {p['per_step']} all-reduces of "
+                  f"{p['bytes']:,} B per step, {p['baseline_us']:.1f} -> {p['candidate_us']:.1f} us each: "
+                  f"{p['saved_per_step_ms']:.3f} ms saved per step, {p['saved_per_token_ms']:.3f} ms per output "
+                  "token. TTFT is not predicted (prefill all-reduces are larger).", "",
+                  "| Cell | Baseline ms/token | Decode predicted | Decode measured | E2E predicted | E2E measured |",
+                  "|---|---|---|---|---|---|"]
+        for row in prediction["comparison"]:
+            if not row["compared"]:
+                lines.append(f"| {row['cell']} | not compared: {row['reason']} | | | | |")
+                continue
+            lines.append(f"| {row['cell']} | {row['baseline_ms_per_token']:.2f} | {pct(row['predicted_decode_delta'])} "
+                         f"| {pct(row['measured_decode_delta'])} | {pct(row['predicted_e2e_delta'])} | "
+                         f"{pct(row['measured_e2e_delta'])} |")
     nccl = (journal.get("candidate") or {}).get("nccl") or {}
     lines += ["", "## Evidence boundary", "",
               f"The candidate's own start-up log reported NCCL {', '.join(nccl.get('versions', [])) or 'n/a'} "
@@ -188,6 +262,9 @@ def finalize(run):
     outcome.setdefault("run_id", run.name.split("-", 1)[-1])
     outcome.setdefault("host", run.parent.name)
     (run / "outcome.json").write_text(json.dumps(outcome, indent=2, sort_keys=True) + "\n")
+    prediction = prediction_record(run)
+    if prediction:
+        (run / "prediction.json").write_text(json.dumps(prediction, indent=2, sort_keys=True) + "\n")
     decision = decision_record(run)
     (run / "decision.json").write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
     plot(run, run / "cells.png")
@@ -204,6 +281,9 @@ def finalize(run):
 
 
 def main(argv):
+    if argv and argv[0] == "predict" and len(argv) in (3, 4):
+        print(json.dumps(predict_flag(argv[1], float(argv[2]), float(argv[3]) if len(argv) == 4 else None)))
+        return
     if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify"):
         raise SystemExit(__doc__)
     command, run = argv

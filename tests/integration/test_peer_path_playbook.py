@@ -118,3 +118,31 @@ def test_eight_gpus_copy_every_pair_in_process_and_the_ring_over_ipc(tmp_path):
     assert len(with_ipc) == 16 and (7, 0) in with_ipc and (0, 7) in with_ipc
     assert obs["pairs"][1]["ipc"] == {"skipped": "ipc_pairs=auto"}  # 0 -> 2 is not a ring neighbour
     assert obs["peer_timing"]["ipc_policy"] == "auto"
+
+
+def test_decode_size_from_the_models_config_and_the_predicted_saving(tmp_path):
+    model = tmp_path / "models" / "big-moe"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168,
+                                                   "torch_dtype": "bfloat16"}))
+    result = peer_path(tmp_path, "ok", peer_path_model=str(model), peer_path_tokens_per_step=3,
+                       peer_path_allreduce_sizes=[8192, 33554432])
+    assert result.returncode == 0, result.stdout[-2000:]
+    decode = observation(tmp_path)["decode"]
+    assert decode["source"] == f"config.json {model}/config.json"
+    assert decode["call"] == {"bytes": 43008, "per_step": 122, "tokens_per_step": 3}
+    assert 43008 in [c["bytes"] for c in observation(tmp_path)["allreduce"]["comparison"]]  # measured, not guessed
+    prediction = decode["prediction"]
+    assert prediction["saved_per_call_us"] == pytest.approx(6.5)  # the graph double's 14.0 -> 7.5 us
+    assert prediction["saved_per_step_ms"] == pytest.approx(122 * 6.5 / 1000)
+    assert decode["arms"] == {"baseline": "no_p2p", "candidate": "p2p"}
+
+
+def test_without_a_config_the_fallback_shape_is_used_and_named(tmp_path):
+    result = peer_path(tmp_path, "ok", peer_path_model="Org/Absent-Model", peer_path_model_revision="abc123",
+                       peer_path_hf_homes=[str(tmp_path)], peer_path_decode_shape={"layers": 32, "hidden_size": 4096})
+    assert result.returncode == 0, result.stdout[-2000:]
+    decode = observation(tmp_path)["decode"]
+    assert decode["source"] == "decode_shape (plan or inventory)" and decode["call"]["bytes"] == 8192
+    assert decode["tried"] == [f"{tmp_path}/hub/models--Org--Absent-Model/snapshots/abc123/config.json"]
+    assert decode["prediction"]["per_step"] == 64
