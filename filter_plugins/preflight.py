@@ -53,6 +53,10 @@ def preflight_checks(facts, expected, require_nvml=True):
 
     gpu_count = nvml.get("gpu_count") if nvml_ok else None
     observed = {"gpu_set": recipe.get("gpus"), "gpu_count": gpu_count}
+    if nvml_ok:  # what the result card names as the hardware
+        observed["gpu_models"] = sorted({str(g.get("name")) for g in nvml.get("gpus", [])})
+        observed["active_nvlinks"] = sorted({g.get("active_nvlinks") for g in nvml.get("gpus", [])
+                                             if g.get("active_nvlinks") is not None})
     want = {"gpu_set": _pinned(expected, "gpus"), "gpu_count": _pinned(expected, "gpu_count")}
     ok = (want["gpu_set"] is None or str(observed["gpu_set"]) == str(want["gpu_set"])) and \
         (want["gpu_count"] is None or gpu_count == int(want["gpu_count"]))

@@ -267,40 +267,59 @@ def nccl_check(lib, status, what):
         raise RuntimeError(f"{what} failed: NCCL error {status} ({lib.ncclGetErrorString(status).decode()})")
 
 
-def allreduce_graph(args):
-    import ctypes
-    import datetime
+class NcclComm:
+    """One NCCL communicator through ctypes on the libnccl torch loaded, as engines' own NCCL
+    wrappers (SGLang's and vLLM's pynccl) call it: graph-capturable, no torch.distributed
+    process group. The unique id travels through a torch TCPStore that rank 0 serves."""
 
+    def __init__(self, torch, rank, world, master_addr, master_port, timeout_s=120):
+        import ctypes
+        import datetime
+
+        import torch.distributed as dist
+
+        self.ctypes, self.torch = ctypes, torch
+        self.lib = load_nccl(torch)
+
+        class UniqueId(ctypes.Structure):
+            _fields_ = [("internal", ctypes.c_byte * 128)]
+
+        store = dist.TCPStore(master_addr, int(master_port), world, rank == 0,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+        uid = UniqueId()
+        if rank == 0:
+            nccl_check(self.lib, self.lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+            store.set("nccl_uid", bytes(uid.internal))
+        else:
+            ctypes.memmove(uid.internal, store.get("nccl_uid"), 128)
+        self.store = store  # rank 0 keeps serving it until every rank has read it
+        self.comm = ctypes.c_void_p()
+        nccl_check(self.lib, self.lib.ncclCommInitRank(ctypes.byref(self.comm), world, uid, rank), "ncclCommInitRank")
+        version = ctypes.c_int()
+        self.lib.ncclGetVersion(ctypes.byref(version))
+        self.version = version.value
+
+    def all_reduce(self, tensor, stream):
+        """In-place sum of a bf16 tensor on `stream` (capturable in a CUDA graph)."""
+        c = self.ctypes
+        nccl_check(self.lib, self.lib.ncclAllReduce(c.c_void_p(tensor.data_ptr()), c.c_void_p(tensor.data_ptr()),
+                                                    c.c_size_t(tensor.numel()), NCCL_BFLOAT16, NCCL_SUM, self.comm,
+                                                    c.c_void_p(stream.cuda_stream)), "ncclAllReduce")
+
+    def close(self):
+        self.torch.cuda.synchronize()
+        self.lib.ncclCommDestroy(self.comm)
+
+
+def allreduce_graph(args):
     import torch
-    import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     gpu = args["gpus"][rank]
     torch.cuda.set_device(gpu)
     cap_memory(torch, [gpu], args["max_gpu_mem_mib"])
-    lib = load_nccl(torch)
-
-    class UniqueId(ctypes.Structure):
-        _fields_ = [("internal", ctypes.c_byte * 128)]
-
-    # The unique id travels through torch's TCPStore (rank 0 serves it), nothing else of torch.distributed.
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
-                          timeout=datetime.timedelta(seconds=60))
-    uid = UniqueId()
-    if rank == 0:
-        nccl_check(lib, lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        store.set("nccl_uid", bytes(uid.internal))
-    else:
-        ctypes.memmove(uid.internal, store.get("nccl_uid"), 128)
-    comm = ctypes.c_void_p()
-    nccl_check(lib, lib.ncclCommInitRank(ctypes.byref(comm), world, uid, rank), "ncclCommInitRank")
-    version = ctypes.c_int()
-    lib.ncclGetVersion(ctypes.byref(version))
-
-    def all_reduce(tensor, stream):
-        nccl_check(lib, lib.ncclAllReduce(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_void_p(tensor.data_ptr()),
-                                          ctypes.c_size_t(tensor.numel()), NCCL_BFLOAT16, NCCL_SUM, comm,
-                                          ctypes.c_void_p(stream.cuda_stream)), "ncclAllReduce")
+    nccl = NcclComm(torch, rank, world, os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+    all_reduce = nccl.all_reduce
 
     stream = torch.cuda.Stream()
     tick = torch.zeros(1, dtype=torch.bfloat16, device=f"cuda:{gpu}")
@@ -343,10 +362,9 @@ def allreduce_graph(args):
                       "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world,
                       "correct": correct})
         del graph, check, work
-    torch.cuda.synchronize()
-    lib.ncclCommDestroy(comm)
+    nccl.close()
     return {"rank": rank, "world_size": world, "sizes": sizes, "method": "nccl-cuda-graph",
-            "nccl_loaded": version.value}
+            "nccl_loaded": nccl.version}
 
 
 COMMANDS = {"preflight": preflight, "peer": peer, "allreduce": allreduce, "allreduce_graph": allreduce_graph}

@@ -119,6 +119,30 @@ def telemetry_text(telemetry):
             f"clock events {', '.join(events) or 'none'}")
 
 
+def hardware_text(outcome, preflight):
+    """GPU model, count and interconnect: as the run recorded them, else from the preflight's
+    NVML facts, else why they are unknown."""
+    if (outcome.get("hardware") or {}).get("gpus"):
+        return outcome["hardware"]["gpus"]
+    gpu = next((c.get("observed") or {} for c in preflight.get("checks", [])
+                if c.get("check") == "GPU set and count"), {})
+    if gpu.get("gpu_models"):
+        links = gpu.get("active_nvlinks") or [0]
+        link = f"NVLink x{max(links)} per GPU" if max(links) else "no active NVLink (PCIe)"
+        return f"{gpu.get('gpu_count')}x {', '.join(gpu['gpu_models'])}, {link}"
+    return "not observed (no NVML readings on the host)"
+
+
+def restoration_text(outcome, restoration):
+    after = restoration.get("state_after") or {}
+    if not after:
+        why = outcome.get("note") or outcome.get("failure") or "no restoration proof was recorded"
+        return f"Restoration: not proven ({why})."
+    return (f"Restoration: original {after.get('ActiveState')}/{after.get('UnitFileState')}, NRestarts "
+            f"{after.get('NRestarts')}, new invocation {after.get('InvocationID')}, journal errors "
+            f"{restoration.get('journal_errors')}, files equal to the snapshot: {len(restoration.get('files', []))}.")
+
+
 def render_card(run):
     run = Path(run)
     outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
@@ -128,17 +152,31 @@ def render_card(run):
     decision = decision_record(run)
     original = recipes.get("original", {})
     difference = recipes.get("difference") or {}
+    double = bool(outcome.get("engine_double")) or any("engine_double" in str(word)
+                                                       for word in original.get("argv") or [])
+    assumed = sorted(k for k, v in ((recipes.get("evidence_used") or {}).get("assumed") or {}).items() if v)
+    rule = (f"under the rule {json.dumps(decision['rule'])}" if decision.get("rule")
+            else f"(no verdict rule applied: {outcome.get('failure') or 'no cells were judged'})")
+    concurrency = sorted({c.get("concurrency") for arm in cells.values() for c in arm if c.get("concurrency")})
     lines = [f"# {outcome.get('candidate_id')} candidate A/B on {outcome.get('host')}", "",
              f"Run: {outcome.get('run_id')}", "",
-             f"Decision: **{decision['verdict']}** under the rule {json.dumps(decision['rule'])}. "
-             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", "",
-             "## Result card", "", "| Setup | Value |", "|---|---|",
-             f"| Model | {original.get('model')} @ {original.get('revision')} |",
-             f"| Engine/runtime | {original.get('engine')} / {original.get('runtime')}; image "
-             f"{original.get('image') or 'none (process)'} |",
-             f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
-             f"GPUs {original.get('gpus')} |",
-             f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+             f"Decision: **{decision['verdict']}** {rule}. "
+             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
+    if double:
+        lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
+                  "and decides, never the real engine's performance.", ""]
+    if assumed:
+        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
+    lines += ["## Result card", "", "| Setup | Value |", "|---|---|",
+              f"| Model | {original.get('model')} @ {original.get('revision')} |",
+              f"| Engine/runtime | {original.get('engine')}"
+              f"{' (TEST DOUBLE)' if double and 'DOUBLE' not in str(original.get('engine')) else ''}"
+              f" / {original.get('runtime')}; image {original.get('image') or 'none (process)'} |",
+              f"| Hardware | {hardware_text(outcome, preflight)} |",
+              f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
+              f"GPUs {original.get('gpus')} |",
+              f"| Concurrency | {', '.join(f'C{c}' for c in concurrency) or 'no cells ran'} |",
+              f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
     for cell in verdict.get("cells", []):
         tokens = sorted(r["prompt_tokens"] for arm in cells.values() for c in arm if c["name"] == cell["cell"]
                         for r in c["requests"] if r.get("prompt_tokens"))
@@ -159,9 +197,12 @@ def render_card(run):
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]
     checks = preflight.get("checks", [])
-    lines.append(f"Preflight: {sum(c['verdict'] == 'pass' for c in checks)} of {len(checks)} checks passed"
-                 + (f", skipped: {', '.join(c['check'] for c in checks if c['verdict'] == 'skipped')}"
-                    if any(c["verdict"] == "skipped" for c in checks) else "") + ".")
+    if checks:
+        lines.append(f"Preflight: {sum(c['verdict'] == 'pass' for c in checks)} of {len(checks)} checks passed"
+                     + (f", skipped: {', '.join(c['check'] for c in checks if c['verdict'] == 'skipped')}"
+                        if any(c["verdict"] == "skipped" for c in checks) else "") + ".")
+    else:
+        lines.append(f"Preflight: not run{' (' + outcome['note'] + ')' if outcome.get('note') else ''}.")
     for phase in ("candidate", "restored"):
         records = gates.get(phase, [])
         lines.append(f"{phase.capitalize()} gates: " + (", ".join(f"{r['gate']} {r['verdict']}"
@@ -197,17 +238,15 @@ def render_card(run):
               f"and {'; '.join(nccl.get('summary', [])) or 'no transport lines'}.",
               "Claims are limited to these cells: fixed-length contract output, unique prefixes, the stated "
               "concurrency; no p99 or service-tail claim where n is small, no throughput claim.",
-              f"Restoration: original {restoration.get('state_after', {}).get('ActiveState')}/"
-              f"{restoration.get('state_after', {}).get('UnitFileState')}, NRestarts "
-              f"{restoration.get('state_after', {}).get('NRestarts')}, new invocation "
-              f"{restoration.get('state_after', {}).get('InvocationID')}, journal errors "
-              f"{restoration.get('journal_errors')}, files equal to the snapshot: "
-              f"{len(restoration.get('files', []))}.", ""]
+              restoration_text(outcome, restoration), ""]
     return "\n".join(lines)
 
 
 def plot(run, dest):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a machine without matplotlib still gets its decision and card
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -331,6 +331,17 @@ class Engine:
             "port": a.port,
         }
 
+    def token_times(self, started, prompt_tokens, count):
+        """Yields as each of `count` tokens is due: the first after the time to first token, the
+        rest one decode step apart, all scaled by this request's noise factor."""
+        factor = self.model.request_factor()
+        due = started + self.model.ttft(prompt_tokens) * factor
+        for index in range(count):
+            if index:
+                due += self.model.decode() * factor
+            time.sleep(max(0.0, due - time.monotonic()))
+            yield index
+
     def request_done(self):
         with self.count_lock:
             self.completed += 1
@@ -435,11 +446,12 @@ def make_handler(engine):
                      "total_tokens": prompt_tokens + len(words)}
             ident = f"chatcmpl-double-{os.getpid()}-{engine.completed}"
             finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
-            factor = engine.model.request_factor()
-            first_at = started + engine.model.ttft(prompt_tokens) * factor
+            pieces = [{"tool_calls": tool_calls}] if tool_calls else [
+                {"content": (" " if i else "") + word} for i, word in enumerate(words)]
+            produced = engine.token_times(started, prompt_tokens, len(pieces))
             if not body.get("stream"):
-                deadline = first_at + sum(engine.model.decode() for _ in words[1:]) * factor
-                time.sleep(max(0.0, deadline - time.monotonic()))
+                for _ in produced:
+                    pass
                 message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
                 if tool_calls:
                     message["tool_calls"] = tool_calls
@@ -453,13 +465,7 @@ def make_handler(engine):
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            due = first_at
-            pieces = [{"tool_calls": tool_calls}] if tool_calls else [
-                {"content": (" " if i else "") + word} for i, word in enumerate(words)]
-            for i, delta in enumerate(pieces):
-                if i:
-                    due += engine.model.decode() * factor
-                time.sleep(max(0.0, due - time.monotonic()))
+            for i, delta in zip(produced, pieces, strict=True):
                 if i == 0:
                     delta = {"role": "assistant", **delta}
                 self.sse({"id": ident, "object": "chat.completion.chunk", "model": engine.model_id,
