@@ -144,8 +144,13 @@ def nccl_configuration(module, recipe, sections, state):
         text = read_optional(path)
         if text is not None:
             env_files[path] = text
-    sources, notes = read_sources(recipe, home, read_optional, lambda argv: module.run_command(argv),
-                                  container_env_files=env_files)
+    def run(argv):
+        # A missing runtime or interpreter is a note in the capture, never a module failure.
+        if not (os.path.isabs(argv[0]) and os.access(argv[0], os.X_OK)) and not module.get_bin_path(argv[0]):
+            return 127, "", f"{argv[0]} not found"
+        return module.run_command(argv)
+
+    sources, notes = read_sources(recipe, home, read_optional, run, container_env_files=env_files)
     running = None
     if recipe["runtime"] == "process" and state.get("ActiveState") == "active":
         running = running_environment(state.get("ExecMainPID"), read_bytes, child_pids)
@@ -190,11 +195,11 @@ def main():
         module.fail_json(msg=f"cannot parse {params['unit']}: {exc}")
     result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,
               "recipe": redacted(recipe), "text_redacted": redact_unit_text(text)}
-    nccl = nccl_configuration(module, recipe, sections, state)
-    result["recipe"]["nccl_config"] = nccl
     if params["require_digest"] and recipe["runtime"] != "process" and not recipe["image_digest"]:
         module.fail_json(msg=f"image {recipe['image']!r} is not pinned by digest (@sha256:...); "
                              "restoration must be exact", **result)
+    nccl = nccl_configuration(module, recipe, sections, state)
+    result["recipe"]["nccl_config"] = nccl
     if params["change"] is not None:
         secrets = inline_secrets(recipe)
         if secrets:

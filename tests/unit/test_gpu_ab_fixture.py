@@ -2,7 +2,6 @@
 read back through the project's own parsers, verdict, prediction and card code."""
 
 import json
-import subprocess
 import sys
 
 import pytest

@@ -1,0 +1,120 @@
+"""Trust under misuse on the lab host: a lock that two runs cannot share (same run id or not),
+a killed run that the next run names, a candidate orphaned while running, and rollback.yml
+recovering every one of them with its own one-line outcome."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+from conftest import REPO, run_playbook
+
+LAB = "serving-lab-gpu-1"
+UNIT = "/etc/systemd/system/sglang.service"
+CANDIDATE = "/etc/systemd/system/sglang-candidate.service"
+FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
+LOCK = "/var/lib/serving-rollout/sglang.service.lock"
+STATE = "/var/lib/serving-rollout/sglang.service/state.json"
+EVIDENCE = tempfile.mkdtemp(prefix="trust-evidence-")
+FAST = {"rollout_ready_timeout_s": 30, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
+        "rollout_cell_requests": 2, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
+
+
+def show(unit="sglang.service"):
+    out = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,InvocationID,LoadState", unit).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def files_hash():
+    return lab("sha256sum", UNIT, "/etc/sglang/sglang.env", "/etc/sglang/engine-double.env").stdout
+
+
+def start_background(**extra):
+    command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
+               "playbooks/candidate.yml", "-e", json.dumps({**FAST, **extra})]
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def wait_for_phase(phase, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = lab("cat", STATE, check=False).stdout
+        if state and json.loads(state)["phase"] == phase:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"phase {phase} not reached")
+
+
+def assert_restored(before_invocation, before_hash):
+    state = show()
+    assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled", state
+    assert state["NRestarts"] == "0" and state["InvocationID"] != before_invocation, state
+    assert files_hash() == before_hash
+    assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+    assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+
+
+@pytest.fixture(autouse=True)
+def lab_baseline():
+    lab("rm", "-f", FAULTS, LOCK)
+    if show()["ActiveState"] != "active":
+        lab("systemctl", "start", "sglang.service")
+    yield show()["InvocationID"], files_hash()
+    lab("rm", "-f", FAULTS)
+
+
+def test_two_runs_with_the_same_run_id_cannot_share_the_lock(lab_baseline):
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo startup:4 > {FAULTS}")
+    first = start_background(run_id="20261130T120000Z")
+    wait_for_phase("candidate-starting")
+    second = run_playbook("candidate.yml", {**FAST, "run_id": "20261130T120000Z"}, inventory="inventory/lab",
+                          local=False)
+    text = re.sub(r"\s+", " ", second.stdout)
+    assert second.returncode != 0
+    assert "another rollout holds /var/lib/serving-rollout/sglang.service.lock: run 20261130T120000Z by" in text
+    assert "last recorded phase 'candidate-starting'" in text
+    assert lab("test", "-e", CANDIDATE).returncode == 0  # the first run's candidate is untouched
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out[-3000:]
+    assert_restored(*lab_baseline)
+
+
+def test_killed_run_is_named_by_the_next_run_and_rollback_recovers(lab_baseline):
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo startup:15 > {FAULTS}")
+    proc = start_background()
+    wait_for_phase("candidate-starting")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    refused = run_playbook("candidate.yml", FAST, inventory="inventory/lab", local=False)
+    text = re.sub(r"\s+", " ", refused.stdout)
+    assert refused.returncode != 0
+    assert "last recorded phase 'candidate-starting'" in text and "if it was killed, run rollback.yml" in text
+    result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+    assert "ROLLBACK: sglang.service restored and proven" in result.stdout
+
+
+def test_a_candidate_whose_unit_file_vanished_while_running_is_still_stopped(lab_baseline):
+    proc = start_background(rollout_cell_requests=40)
+    wait_for_phase("candidate-running")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    lab("rm", "-f", CANDIDATE)
+    lab("systemctl", "daemon-reload")
+    orphan = show("sglang-candidate.service")
+    assert orphan["LoadState"] == "not-found" and orphan["ActiveState"] == "active", orphan
+    result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
