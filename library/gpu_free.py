@@ -37,6 +37,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.unit_recipe import redact_argv
 
 
 def unit_of(pid):
@@ -80,11 +81,13 @@ def scan_processes(pattern):
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                argv = handle.read().decode(errors="replace").strip("\0").split("\0")
         except OSError:
             continue
+        cmdline = " ".join(argv)
         if cmdline and regex.search(cmdline) and "gpu_free" not in cmdline and "AnsiballZ" not in cmdline:
-            found.append({"pid": int(entry), "cmdline": cmdline[:200], "unit": unit_of(entry)})
+            # Another process's arguments can hold secrets (--api-key ...): shown by the allow-list only.
+            found.append({"pid": int(entry), "cmdline": " ".join(redact_argv(argv))[:200], "unit": unit_of(entry)})
     return found
 
 

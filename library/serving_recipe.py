@@ -44,6 +44,16 @@ options:
     description: Refuse a container image not pinned by digest (restoration must be exact).
     type: bool
     default: true
+  dest:
+    description: >-
+      With C(change), write the rendered unit here (atomically, mode 0644) when it differs; the
+      raw text never leaves the host (the result and --diff carry it with values redacted).
+    type: path
+  header:
+    description: Comment lines written at the top of the rendered unit.
+    type: list
+    elements: str
+    default: []
 author: serving-rollout
 """
 
@@ -60,12 +70,13 @@ unit: {description: Name, fragment path, drop-in paths and state from systemctl 
 files: {description: Unit, drop-ins and EnvironmentFiles with sha256 and kind., type: list, returned: always}
 recipe: {description: "The parsed recipe, secrets redacted; nccl_config holds the NCCL sources and effective values.", type: dict, returned: always}
 text_redacted: {description: The unit file with secret values redacted, for diffs., type: str, returned: always}
-candidate: {description: Sections, rendered text sha256 and the one difference., type: dict, returned: when change is given}
+candidate: {description: "The one difference, the rendered text's sha256, the text redacted, and dest.", type: dict, returned: when change is given}
 comparison: {description: The one difference from compare_path., type: dict, returned: when compare_path is given}
 """
 
 import hashlib
 import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
@@ -77,7 +88,7 @@ from ansible.module_utils.unit_recipe import (
     merge_dropins,
     parse_recipe,
     parse_unit_text,
-    redact_unit_line,
+    redact_unit_text,
     redacted,
     render_sections,
     values,
@@ -157,8 +168,26 @@ def nccl_configuration(module, recipe, sections, state):
     return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
-def redact_unit_text(text):
-    return "\n".join(redact_unit_line(line) for line in text.splitlines()) + "\n"
+def write_unit(module, dest, content, result):
+    """Write the rendered unit (the one renderer, render_sections) when it differs; the raw text
+    never leaves the host: the result and --diff carry it redacted."""
+    before = read_optional(dest)
+    result["candidate"]["dest"] = dest
+    if before == content:
+        return
+    result["changed"] = True
+    if module._diff:
+        result["diff"] = {"before": redact_unit_text(before or ""), "after": redact_unit_text(content),
+                          "before_header": dest, "after_header": dest}
+    if module.check_mode:
+        return
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, dest)
 
 
 def main():
@@ -169,6 +198,8 @@ def main():
             "compare_path": {"type": "path"},
             "promote": {"type": "bool", "default": False},
             "require_digest": {"type": "bool", "default": True},
+            "dest": {"type": "path"},
+            "header": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -217,8 +248,11 @@ def main():
             difference = check_one_control(recipe, parse_recipe(parse_unit_text(rendered), env_texts))
         except RecipeError as exc:
             module.fail_json(msg=f"candidate refused: {exc}", **result)
-        result["candidate"] = {"sections": candidate_sections, "difference": difference,
-                               "sha256": hashlib.sha256(rendered.encode()).hexdigest()}
+        content = "".join(f"# {line}\n" for line in params["header"]) + rendered
+        result["candidate"] = {"difference": difference, "sha256": hashlib.sha256(content.encode()).hexdigest(),
+                               "text_redacted": redact_unit_text(content)}
+        if params["dest"]:
+            write_unit(module, params["dest"], content, result)
     if params["compare_path"]:
         other_text, info = read(module, params["compare_path"], "candidate unit")
         try:

@@ -61,7 +61,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.unit_recipe import parse_env_file, redact_unit_line
+from ansible.module_utils.unit_recipe import parse_env_file, redact_unit_text
 
 
 def sha256_of(path):
@@ -96,8 +96,8 @@ def both_versions(entry, current_path):
         old, new = parse_env_file(before), parse_env_file(after)
         names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         return f"{current_path}: variables changed: {', '.join(names) or 'formatting only'}"
-    return "".join(difflib.unified_diff([redact_unit_line(x) + "\n" for x in before.splitlines()],
-                                        [redact_unit_line(x) + "\n" for x in after.splitlines()],
+    return "".join(difflib.unified_diff(redact_unit_text(before).splitlines(keepends=True),
+                                        redact_unit_text(after).splitlines(keepends=True),
                                         fromfile=f"snapshot of {current_path}", tofile=f"{current_path} now"))
 
 
@@ -142,12 +142,19 @@ def main():
             versions = [both_versions(entry, entry["path"]) for entry in old["files"]
                         if old_hashes.get(entry["path"]) != new_hashes.get(entry["path"])]
             module.fail_json(msg="the original changed since its snapshot; nothing was overwritten: "
-                                 + "; ".join(changed_files), both_versions=versions, snapshot=old, current=current)
+                                 + "; ".join(changed_files) + ". If the change is intended (a key rotation, an "
+                                 "operator's edit), adopt the current original as the new restore recipe with "
+                                 "playbooks/renew.yml (it shows both versions and needs no candidate running)",
+                             both_versions=versions, snapshot=old, current=current)
     manifest = {"schema": "serving-rollout.snapshot/v1", "unit": p["unit"],
                 "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "state": {k: p["state"].get(k) for k in ("UnitFileState", "ActiveState", "FragmentPath",
                                                          "DropInPaths") if k in p["state"]},
                 "files": []}
+    if os.path.exists(manifest_path):  # replaced: what the earlier restore recipe was, for the record
+        manifest["replaced"] = {"taken_at": old.get("taken_at"),
+                                "files": [{"path": f["path"], "sha256": f["sha256"]} for f in old["files"]],
+                                "changed": changed_files}
     if module.check_mode:
         module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"])
     files_dir = os.path.join(p["dest"], "files")

@@ -1,7 +1,7 @@
 """Read a variable from a unit's EnvironmentFiles on the host (the engine's API key), so that
 secrets are used where they live and never travel to the controller."""
 
-from ansible.module_utils.unit_recipe import is_secret_name, parse_env_file
+from ansible.module_utils.unit_recipe import is_public_name, parse_env_file
 
 
 def read_env_file(path):
@@ -34,13 +34,14 @@ def module_api_key(module):
 
 
 def secret_values(paths):
-    """Every secret-named value (4 characters or more) in the readable files among `paths`,
-    so a log line that holds one can be redacted."""
+    """Every value (6 characters or more) of a variable not on the allow-list of known
+    non-secret controls, in the readable files among `paths`, so a log line that holds one can
+    be redacted whatever the variable is called."""
     found = set()
     for path in paths:
         try:
             env = read_env_file(path)
         except OSError:
             continue
-        found |= {v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}
+        found |= {v for k, v in env.items() if not is_public_name(k) and len(v) >= 6}
     return found

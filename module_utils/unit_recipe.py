@@ -1,8 +1,11 @@
 """Serving units as recipes: parse a systemd unit (with drop-ins) into what a control is,
 apply one control change to make a candidate, and diff two recipes semantically.
 
-Pure functions; no I/O. Secrets are recognised by name (token, key, password, secret,
-credential) and never copied: a unit with an inline secret value is refused for rendering.
+Pure functions; no I/O. Secrets are kept out by design, not by name: a value read from a unit,
+an EnvironmentFile or a process is shown only when its variable or flag is on the allow-list of
+known non-secret controls (PUBLIC_ENV_RE, PUBLIC_FLAGS); every other value reads <redacted>.
+Separately, a unit holding an inline value under a secret-looking name is refused for rendering,
+so a candidate never copies one.
 """
 
 import re
@@ -35,6 +38,30 @@ ENGINE_ARG_ALIASES = {
     "concurrency": ("--max-running-requests", "--max-num-seqs"),
 }
 CANDIDATE_SUFFIX = "-candidate"
+# Known non-secret controls: the only variables whose values evidence, diffs, failure output
+# and the console ever show. DOUBLE_* are the lab's test double's knobs.
+PUBLIC_ENV_RE = re.compile(
+    r"^(?:NCCL_[A-Z0-9_]+|CUDA_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_CUDA_ARCH_LIST|PYTORCH_CUDA_ALLOC_CONF"
+    r"|NVIDIA_VISIBLE_DEVICES|NVIDIA_DRIVER_CAPABILITIES|NVSHMEM_DISABLE_NVLS|TORCH_SYMM_MEM_DISABLE_MULTICAST"
+    r"|OMP_NUM_THREADS|TOKENIZERS_PARALLELISM|HF_HOME|HF_HUB_OFFLINE|HF_HUB_ENABLE_HF_TRANSFER|TRANSFORMERS_OFFLINE"
+    r"|VLLM_(?:ATTENTION_BACKEND|USE_V1|WORKER_MULTIPROC_METHOD|ALLOW_LONG_MAX_MODEL_LEN|LOGGING_LEVEL)"
+    r"|SGLANG_(?:ENABLE|DISABLE)_[A-Z0-9_]+|SGLANG_LOG_LEVEL|DOUBLE_[A-Z0-9_]+"
+    r"|PATH|HOME|LANG|LC_ALL|TZ|PYTHONUNBUFFERED)$")
+# Engine and runtime flags whose values are shown (the ones the recipe understands).
+PUBLIC_FLAGS = {
+    "--model-path", "--model", "--revision", "--tp-size", "--tp", "--tensor-parallel-size", "-tp",
+    "--context-length", "--max-model-len", "--max-running-requests", "--max-num-seqs", "--host", "--port",
+    "--served-model-name", "--mem-fraction-static", "--gpu-memory-utilization", "--dtype", "--quantization",
+    "--kv-cache-dtype", "--trust-remote-code", "--attention-backend", "--chunked-prefill-size",
+    "--pipeline-parallel-size", "--dp-size", "--ep-size", "--nnodes", "--node-rank", "--config", "--log-level",
+    "--cuda-graph-max-bs", "--schedule-policy", "--load-format", "--download-dir",
+    "--name", "--gpus", "--ipc", "--shm-size", "-v", "--volume", "-p", "--publish", "--network", "--net",
+    "--runtime", "--entrypoint", "-w", "--workdir", "-u", "--user", "--ulimit", "--device", "--cpuset-cpus",
+    "--memory", "-m", "--restart", "--pull", "--cap-add", "--cap-drop", "--security-opt", "--mount",
+    "--hostname", "-h", "--stop-timeout", "--stop-signal", "--env-file", "--cidfile", "--rm", "-d", "--init",
+    "--pid", "--cgroupns", "--platform", "-t", "--time",
+}
+PUBLIC_FLAG_PREFIXES = ("--speculative-", "--enable-", "--disable-")
 
 
 class RecipeError(ValueError):
@@ -47,7 +74,7 @@ def parse_unit_text(text):
     """[[section, [[key, value], ...]], ...] keeping order; joins backslash continuations."""
     sections, current = [], None
     pending = ""
-    for raw in (text or "").splitlines():
+    for number, raw in enumerate((text or "").splitlines(), 1):
         line = pending + raw.strip() if pending else raw.strip()
         if line.endswith("\\") and not line.startswith(("#", ";")):
             pending = line[:-1].rstrip() + " "
@@ -60,7 +87,8 @@ def parse_unit_text(text):
             sections.append(current)
             continue
         if "=" not in line or current is None:
-            raise RecipeError(f"not a unit file line: {raw!r}")
+            shown_line = " ".join(redact_argv(raw.split()))  # the words, values off the allow-list hidden
+            raise RecipeError(f"not a unit file line (line {number}): {shown_line!r}")
         key, _, value = line.partition("=")
         current[1].append([key.strip(), value.strip()])
     return sections
@@ -98,7 +126,7 @@ def split_command(value):
     try:
         return prefix, shlex.split(value, posix=True)
     except ValueError as exc:
-        raise RecipeError(f"cannot split ExecStart {value!r}: {exc}") from exc
+        raise RecipeError(f"cannot split ExecStart {redact_unit_line('ExecStart=' + value)[10:]!r}: {exc}") from exc
 
 
 def quote_arg(arg):
@@ -117,11 +145,12 @@ def parse_env_assignments(value):
     try:
         words = shlex.split(value, posix=True)
     except ValueError as exc:
-        raise RecipeError(f"cannot split Environment={value!r}: {exc}") from exc
+        raise RecipeError(f"cannot split Environment= line ({len(value)} characters, values not shown): {exc}") \
+            from exc
     for word in words:
         key, sep, val = word.partition("=")
         if not sep:
-            raise RecipeError(f"Environment= entry {word!r} is not NAME=VALUE")
+            raise RecipeError(f"Environment= entry {shown('', word)!r} is not NAME=VALUE")
         out[key] = val
     return out
 
@@ -144,8 +173,24 @@ def is_secret_name(name):
     return bool(SECRET_NAME_RE.search(name or ""))
 
 
+def is_public_name(name):
+    """A variable on the allow-list of known non-secret controls."""
+    return bool(PUBLIC_ENV_RE.match(name or ""))
+
+
+def is_public_flag(flag):
+    return flag in PUBLIC_FLAGS or str(flag).startswith(PUBLIC_FLAG_PREFIXES)
+
+
+def shown(name, value):
+    """A variable's value as evidence may show it: itself for an allow-listed name, a reference
+    ($VAR) or an empty value; else <redacted>."""
+    value = "" if value is None else str(value)
+    return value if is_public_name(name) or value.startswith("$") or value == "" else REDACTED
+
+
 def redact_env(env):
-    return {k: (REDACTED if is_secret_name(k) and v else v) for k, v in env.items()}
+    return {k: shown(k, v) for k, v in env.items()}
 
 
 # ---- recipes ------------------------------------------------------------------------------
@@ -158,7 +203,7 @@ def split_runtime(argv):
             opt = argv[i].split("=", 1)[0]
             i += 2 if opt in RUNTIME_VALUE_OPTS and "=" not in argv[i] else 1
         if i >= len(argv):
-            raise RecipeError(f"{argv[0]} run without an image: {argv!r}")
+            raise RecipeError(f"{argv[0]} run without an image: {redact_argv(argv)!r}")
         return argv[0].rsplit("/", 1)[-1], argv[2:i], argv[i], argv[i + 1:]
     return "process", [], None, argv
 
@@ -228,10 +273,13 @@ def parse_recipe(sections, env_files=None):
     for path in env_file_paths:
         file_env.update(parse_env_file((env_files or {}).get(path, "")))
     container_env, container_env_files, name, gpus_opt = {}, [], None, None
+    inline_env = set()
     for opt, val in runtime_options(opts):
         if opt in ("-e", "--env"):
             key, sep, v = str(val).partition("=")
             container_env[key] = v if sep else (unit_env.get(key) or file_env.get(key, ""))
+            if sep:
+                inline_env.add(key)
         elif opt == "--env-file":
             container_env_files.append(val)
         elif opt == "--name":
@@ -256,6 +304,7 @@ def parse_recipe(sections, env_files=None):
         "env_file_env": file_env,
         "env_files": env_file_paths + container_env_files,
         "container_env_files": container_env_files,
+        "container_inline_env": sorted(inline_env),
         "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
     }
     for field, flags in ENGINE_ARG_ALIASES.items():
@@ -266,14 +315,18 @@ def parse_recipe(sections, env_files=None):
 
 
 def inline_secrets(recipe):
-    """Where the unit itself holds a secret value (not a $VAR reference or an EnvironmentFile)."""
+    """Where the unit itself holds a value under a secret-looking name (not a $VAR reference),
+    wherever it appears: Environment= (also when an EnvironmentFile sets the same name), a
+    container's -e, or an engine argument."""
     found = []
     for source in ("unit_env",) + (("env",) if recipe["runtime"] != "process" else ()):
         for key, val in recipe[source].items():
-            if is_secret_name(key) and val and not val.startswith("$") and key not in recipe["env_file_env"]:
+            if is_secret_name(key) and val and not val.startswith("$"):
+                if source == "env" and key not in recipe.get("container_inline_env", []):
+                    continue
                 found.append(f"{'Environment=' if source == 'unit_env' else '-e '}{key}")
     for flag, val in recipe["engine_args"].items():
-        if flag in SECRET_ARGS and isinstance(val, str) and not val.startswith("$"):
+        if (flag in SECRET_ARGS or is_secret_name(flag)) and isinstance(val, str) and not val.startswith("$"):
             found.append(f"engine argument {flag}")
     return sorted(set(found))
 
@@ -282,55 +335,142 @@ def redacted(recipe):
     out = dict(recipe)
     for key in ("env", "unit_env", "env_file_env"):
         out[key] = redact_env(recipe[key])
-    out["engine_args"] = {k: (REDACTED if k in SECRET_ARGS and v is not True and not str(v).startswith("$")
-                              else v) for k, v in recipe["engine_args"].items()}
+    out["engine_args"] = {k: (v if v is True or is_public_flag(k) or str(v).startswith("$") else REDACTED)
+                          for k, v in recipe["engine_args"].items()}
     out["argv"] = redact_argv(recipe["argv"])
+    out["engine_command"] = redact_argv(recipe["engine_command"])
     return out
 
 
+def redact_unit_text(text):
+    """A unit file for display: continuation lines joined (a secret on one is never shown as a
+    bare line) and every line through redact_unit_line."""
+    lines, pending = [], ""
+    for raw in (text or "").splitlines():
+        line = pending + raw.strip() if pending else raw
+        if line.rstrip().endswith("\\") and not line.lstrip().startswith(("#", ";")):
+            pending = line.rstrip()[:-1].rstrip() + " "
+            continue
+        pending = ""
+        lines.append(redact_unit_line(line))
+    if pending:
+        lines.append(redact_unit_line(pending))
+    return "\n".join(lines) + "\n"
+
+
+def _split_display(value):
+    try:
+        return shlex.split(value, posix=False)
+    except ValueError:
+        return None
+
+
 def redact_unit_line(line):
-    """A unit-file line with secret values hidden: NAME=value words with a secret-like name and
-    the word after --api-key-style flags, in the value of any Key=value line."""
+    """A unit-file line as it may be shown: Exec* values through redact_argv, Environment=
+    assignments by the allow-list; other directives as they are. A line that cannot be read
+    shows its key only."""
     key, sep, value = line.partition("=")
-    if not sep or key.strip().startswith(("#", ";", "[")):
-        return line
-    return f"{key}={' '.join(redact_argv(value.split(' ')))}"
+    name = key.strip()
+    if not sep or name.startswith(("#", ";", "[")):
+        return line if name.startswith(("#", ";", "[")) or not line.strip() else REDACTED
+    if name.startswith("Exec"):
+        prefix = ""
+        body = value.strip()
+        while body and body[0] in "-@:+!":
+            prefix, body = prefix + body[0], body[1:]
+        words = _split_display(body)
+        return f"{key}={prefix}{' '.join(redact_argv(words))}" if words is not None else f"{key}={REDACTED}"
+    if name == "Environment":
+        words = _split_display(value.strip())
+        if words is None:
+            return f"{key}={REDACTED}"
+        shown_words = []
+        for word in words:
+            quoted = word[:1] in "'\"" and word[-1:] == word[:1]
+            inner = word[1:-1] if quoted else word
+            var, eq, val = inner.partition("=")
+            text = f"{var}={shown(var, val)}" if eq else REDACTED
+            shown_words.append(f"{word[0]}{text}{word[0]}" if quoted else text)
+        return f"{key}={' '.join(shown_words)}"
+    return line
 
 
 def redact_argv(argv):
-    out, hide_next = [], False
+    """An argv as it may be shown: flags always, their values only for allow-listed flags (or
+    $VAR references), NAME=value words and `-e NAME=value` by the variable allow-list;
+    positional words (programs, scripts, subcommands, images, model ids) as they are."""
+    out, value_of = [], None
     for word in argv:
-        if hide_next and not word.startswith("$"):
-            out.append(REDACTED)
+        bare = word.strip("'\"")
+        if value_of is not None and bare.startswith("--"):
+            value_of = None  # the previous flag was bare
+        if value_of is not None:
+            if value_of in ("-e", "--env"):
+                var, eq, val = bare.partition("=")
+                out.append(f"{var}={shown(var, val)}" if eq else word)
+            else:
+                out.append(word if is_public_flag(value_of) or bare.startswith("$") else REDACTED)
+            value_of = None
+            continue
+        if bare.startswith("-") and len(bare) > 1:
+            flag, eq, val = bare.partition("=")
+            if eq:
+                if flag in ("-e", "--env"):
+                    var, eq2, inner = val.partition("=")
+                    out.append(f"{flag}={var}={shown(var, inner)}" if eq2 else word)
+                else:
+                    out.append(word if is_public_flag(flag) or val.startswith("$") else f"{flag}={REDACTED}")
+            else:
+                out.append(word)
+                value_of = flag
+            continue
+        var, eq, val = bare.partition("=")
+        if eq and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var):
+            out.append(f"{var}={shown(var, val)}")
         else:
-            key, sep, val = word.partition("=")
-            out.append(f"{key}={REDACTED}" if sep and is_secret_name(key) and not val.startswith("$") else word)
-        hide_next = word in SECRET_ARGS
+            out.append(word)
     return out
 
 
 # ---- controls and diffs -------------------------------------------------------------------
 
 def controls(recipe):
-    """Flat control -> value map: held fields, env:NAME, arg:--flag, speculative (one group)."""
+    """Flat control -> value map: held fields, env:NAME, arg:--flag, speculative (one group).
+    Raw values, for comparing; display_difference shows them."""
     out = {field: recipe.get(field) for field in HELD}
     for key, val in recipe["env"].items():
-        out[f"env:{key}"] = REDACTED if is_secret_name(key) and val else val
+        out[f"env:{key}"] = val
     speculative = {}
     for flag, val in recipe["engine_args"].items():
         if flag.startswith("--speculative-"):
             speculative[flag] = val
         elif not any(flag in flags for flags in ENGINE_ARG_ALIASES.values()):
-            out[f"arg:{flag}"] = REDACTED if flag in SECRET_ARGS else val
+            out[f"arg:{flag}"] = val
     if speculative:
         out["speculative"] = speculative
     return out
 
 
+def display_value(control, value):
+    """A control's value as it may be shown (the allow-lists; held fields are facts)."""
+    if value is None or value is True or control in HELD or control == "speculative":
+        return value
+    kind, _, name = control.partition(":")
+    if kind == "env":
+        return shown(name, value)
+    return value if is_public_flag(name) or str(value).startswith("$") else REDACTED
+
+
+def display_difference(difference):
+    return {"control": difference["control"], "before": display_value(difference["control"], difference["before"]),
+            "after": display_value(difference["control"], difference["after"])}
+
+
 def diff_recipes(original, candidate):
-    """[{control, before, after}] of every control whose value differs (absent is None)."""
+    """[{control, before, after}] of every control whose value differs (absent is None), values
+    as they may be shown."""
     a, b = controls(original), controls(candidate)
-    return [{"control": key, "before": a.get(key), "after": b.get(key)}
+    return [display_difference({"control": key, "before": a.get(key), "after": b.get(key)})
             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 

@@ -118,3 +118,37 @@ def test_a_candidate_whose_unit_file_vanished_while_running_is_still_stopped(lab
     result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
+
+
+def test_a_rotated_key_blocks_runs_until_the_original_is_renewed(lab_baseline):
+    env = "/etc/sglang/sglang.env"
+    saved = lab("cat", env).stdout
+    assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0  # a snapshot to block
+    try:
+        lab("sh", "-c", f"sed -i 's/^SGLANG_API_KEY=.*/SGLANG_API_KEY=rotated-key-0b9f7c1e55d2/' {env}")
+        blocked = run_playbook("candidate-render.yml", inventory="inventory/lab", local=False, check=True)
+        text = re.sub(r"\s+", " ", blocked.stdout)
+        assert blocked.returncode != 0 and "the original changed since its snapshot" in text
+        assert "adopt the current original as the new restore recipe with playbooks/renew.yml" in text
+        renewed = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", renewed.stdout)
+        assert renewed.returncode == 0, renewed.stdout[-3000:]
+        assert f"{env}: variables changed: SGLANG_API_KEY" in text and "RENEWED: the current sglang.service" in text
+        assert "rotated-key-0b9f7c1e55d2" not in renewed.stdout + renewed.stderr  # names only, never values
+        again = run_playbook("candidate-render.yml", inventory="inventory/lab", local=False, check=True)
+        assert again.returncode == 0, again.stdout[-3000:]
+    finally:
+        subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c", f"cat > {env} && chmod 600 {env}"], input=saved,
+                       text=True, check=True)
+        assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0
+
+
+def test_renew_is_refused_while_a_candidate_runs(lab_baseline):
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo startup:10 > {FAULTS}")
+    proc = start_background()
+    wait_for_phase("candidate-starting")
+    refused = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+    assert refused.returncode != 0 and "another rollout holds" in refused.stdout
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert_restored(*lab_baseline)

@@ -136,8 +136,11 @@ def test_bad_changes_name_the_bad_value(change, message):
 
 
 def test_bad_unit_text_is_named():
-    with pytest.raises(ur.RecipeError, match="not a unit file line: 'garbage'"):
+    with pytest.raises(ur.RecipeError, match=r"not a unit file line \(line 2\): 'garbage'"):
         ur.parse_unit_text("[Service]\ngarbage\n")
+    # A stray continuation line with a secret: named, the value never shown.
+    with pytest.raises(ur.RecipeError, match=r"\(line 3\): '--api-key <redacted>'"):
+        ur.parse_unit_text("[Service]\nExecStart=/bin/serve\n  --api-key sk-live-123\n")
     with pytest.raises(ur.RecipeError, match="exactly one ExecStart, found 0"):
         ur.parse_recipe(ur.parse_unit_text("[Service]\nType=simple\n"))
 
