@@ -1,26 +1,33 @@
 """Filters that keep secrets and (on request) host identifiers out of evidence."""
 
 import re
+import sys
+from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-SECRET_NAME_RE = re.compile(r"(?i)(token(?!s\b|s_|izer)|secret|passw(or)?d|api[_-]?key|private[_-]?key|credential)")
+# One source for what is secret-looking and what is allow-listed: module_utils/unit_recipe.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
+from unit_recipe import REDACTED, SECRET_NAME_RE, SECRET_WORDS, is_public_name  # noqa: E402
+
 SECRET_ASSIGN_RE = re.compile(
-    r"(?i)((?:--)?[\w.-]*(?:token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential)[\w.-]*"
-    r"(?:=|\s+))(?!<redacted>)(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
-)
-REDACTED = "<redacted>"
+    rf"(?i)((?:--)?[\w.-]*(?:{SECRET_WORDS})[\w.-]*(?:=|\s+))(?!<redacted>)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
 
 
 def _redact_text(text):
-    return SECRET_ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)
+    def hide(match):
+        name = match.group(1).rstrip("= \t").lstrip("-")
+        return match.group(0) if is_public_name(name) else match.group(1) + REDACTED
+    return SECRET_ASSIGN_RE.sub(hide, text)
 
 
 def redact_secrets(data):
-    """Replace values of secret-named keys, and `NAME=value` / `--name value` secrets in strings."""
+    """Defence in depth for evidence documents (the recipe is already redacted by allow-list on
+    the host): values of secret-looking keys, and `NAME=value` / `--name value` secrets in
+    strings, unless the name is an allow-listed control (DOUBLE_DECODE_MS_PER_TOKEN stays)."""
     if isinstance(data, dict):
-        return {k: (REDACTED if isinstance(k, str) and SECRET_NAME_RE.search(k) and v not in (None, "")
-                    else redact_secrets(v)) for k, v in data.items()}
+        return {k: (REDACTED if isinstance(k, str) and SECRET_NAME_RE.search(k) and not is_public_name(k)
+                    and v not in (None, "") else redact_secrets(v)) for k, v in data.items()}
     if isinstance(data, list | tuple):
         return [redact_secrets(v) for v in data]
     if isinstance(data, str):
