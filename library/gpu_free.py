@@ -11,6 +11,10 @@ description:
   - Workers that outlive a stopped server are a known failure; callers retry until the
     list is empty or a deadline passes. Read-only; supports check mode.
 options:
+  timeout_s:
+    description: Wait up to this many seconds for the processes to exit (0 - look once).
+    type: float
+    default: 0
   pattern:
     description: Regular expression over /proc/*/cmdline, used when NVML is not available.
     type: str
@@ -31,10 +35,12 @@ EXAMPLES = r"""
 RETURN = r"""
 source: {description: nvml or process-scan., type: str, returned: always}
 processes: {description: pid, systemd unit, command line or (NVML) gpu and memory of each process., type: list, returned: always}
+waited_s: {description: Seconds waited for the processes to exit., type: float, returned: always}
 """
 
 import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.unit_recipe import redact_argv
@@ -91,18 +97,29 @@ def scan_processes(pattern):
     return found
 
 
-def main():
-    module = AnsibleModule(argument_spec={"pattern": {"type": "str", "default": ""}}, supports_check_mode=True)
+def find(module):
     processes = nvml_processes()
     if processes is not None:
-        module.exit_json(changed=False, source="nvml", processes=processes)
+        return "nvml", processes
     if not module.params["pattern"]:
         module.fail_json(msg="NVML is not available and no process pattern was given to find GPU workers")
     try:
-        found = scan_processes(module.params["pattern"])
+        return "process-scan", scan_processes(module.params["pattern"])
     except re.error as exc:
         module.fail_json(msg=f"pattern {module.params['pattern']!r} is not a regular expression: {exc}")
-    module.exit_json(changed=False, source="process-scan", processes=found)
+
+
+def main():
+    module = AnsibleModule(argument_spec={"pattern": {"type": "str", "default": ""},
+                                          "timeout_s": {"type": "float", "default": 0}},
+                           supports_check_mode=True)
+    # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
+    started = time.monotonic()
+    source, found = find(module)
+    while found and time.monotonic() - started < module.params["timeout_s"]:
+        time.sleep(1.0)
+        source, found = find(module)
+    module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started)
 
 
 if __name__ == "__main__":

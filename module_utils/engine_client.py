@@ -120,3 +120,26 @@ def chat(base_url, body, api_key=None, timeout=60.0):
         result["ttft_s"] = result["e2e_s"]
     result["ok"] = result["error"] is None
     return result
+
+
+def wait_healthy(base_url, path, timeout_s, interval_s=0.5, unit_failed=None, clock=time.monotonic,
+                 sleep=time.sleep):
+    """Poll base_url+path until HTTP 200 or timeout_s: {ok, status, elapsed_s, polls, error}.
+    One call, no per-poll output (a successful wait prints nothing alarming). unit_failed(), when
+    given, is asked between polls and stops the wait early with its reason (the unit died)."""
+    started = clock()
+    polls, last = 0, None
+    while True:
+        polls += 1
+        last = get_json(base_url, path, timeout=min(5.0, max(timeout_s, 0.1)))
+        if last["status"] == 200:
+            return {"ok": True, "status": 200, "elapsed_s": clock() - started, "polls": polls}
+        dead = unit_failed() if unit_failed else None
+        if dead:
+            return {"ok": False, "status": last["status"], "elapsed_s": clock() - started, "polls": polls,
+                    "error": f"{dead} while waiting for {path}"}
+        if clock() - started >= timeout_s:
+            return {"ok": False, "status": last["status"], "elapsed_s": clock() - started, "polls": polls,
+                    "error": f"no HTTP 200 from {base_url}{path} within {timeout_s} s "
+                             f"(last: {last.get('error') or last['status']})"}
+        sleep(interval_s)

@@ -4,6 +4,8 @@
                      add the run to <evidence>/index.json (never overwriting a finalized run)
   card RUN_DIR       print the result card re-rendered from the run directory
   verify RUN_DIR     check every file against manifest.json; exit 1 naming each changed file
+  check-dir DIR MIN_FREE_MIB
+                     before any change: DIR is writable and has MIN_FREE_MIB free
   predict HOST_DIR MIN_EFFECT [DECODE_MS_PER_TOKEN]
                      the decode-size probe's prediction for this host (its newest peer-path
                      evidence) against the A/B's minimum effect, before GPU time is spent;
@@ -319,7 +321,32 @@ def finalize(run):
     return decision
 
 
+def check_dir(folder, min_free_mib):
+    """Before any change: the evidence folder exists or can be made, takes a file, and has room."""
+    import os
+    import tempfile
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        return f"evidence folder {folder} is not writable: {exc.strerror}"
+    stat = os.statvfs(folder)
+    free_mib = stat.f_bavail * stat.f_frsize / 2**20
+    if free_mib < min_free_mib:
+        return f"evidence folder {folder} has {free_mib:.0f} MiB free, under the {min_free_mib:.0f} MiB a run needs"
+    return None
+
+
 def main(argv):
+    if argv and argv[0] == "check-dir" and len(argv) == 3:
+        problem = check_dir(argv[1], float(argv[2]))
+        if problem:
+            raise SystemExit(problem)
+        print(f"{argv[1]}: writable, room enough")
+        return
     if argv and argv[0] == "predict" and len(argv) in (3, 4):
         print(json.dumps(predict_flag(argv[1], float(argv[2]), float(argv[3]) if len(argv) == 4 else None)))
         return
@@ -329,7 +356,10 @@ def main(argv):
     if not Path(run).is_dir():
         raise SystemExit(f"no run directory at {run}")
     if command == "finalize":
-        print(json.dumps(finalize(run)))
+        try:
+            print(json.dumps(finalize(run)))
+        except OSError as exc:  # a full or read-only disk: the path and the error, no traceback
+            raise SystemExit(f"cannot finalize {run}: {exc.filename or run}: {exc.strerror}") from None
     elif command == "card":
         sys.stdout.write(render_card(run))
     else:

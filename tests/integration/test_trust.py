@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_playbook
@@ -152,3 +153,51 @@ def test_renew_is_refused_while_a_candidate_runs(lab_baseline):
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     assert_restored(*lab_baseline)
+
+
+@pytest.fixture
+def small_disk():
+    """A tmpfs for the evidence folder, of a given size or read-only (root on the controller)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root on the controller")
+    mounts = []
+
+    def mount(options):
+        path = tempfile.mkdtemp(prefix="evidence-disk-")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], check=True)
+        mounts.append(path)
+        return path
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", path], check=False)
+
+
+def test_read_only_evidence_folder_is_refused_before_any_change(lab_baseline, small_disk):
+    folder = small_disk("ro,size=1m")
+    result = run_playbook("candidate.yml", {**FAST, "rollout_evidence_dir": folder}, inventory="inventory/lab",
+                          local=False)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert f"evidence folder {folder} is not writable: Read-only file system" in text, text[-2000:]
+    assert show()["InvocationID"] == lab_baseline[0]  # nothing on the host changed
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_full_evidence_disk_mid_run_says_restored_first_and_keeps_the_record_on_the_host(lab_baseline, small_disk):
+    folder = small_disk("size=24k")
+    result = run_playbook("candidate.yml", {**FAST, "rollout_evidence_dir": folder,
+                                            "rollout_evidence_min_free_mib": 0},
+                          inventory="inventory/lab", local=False)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    host_line = text.index("HOST: sglang.service was restored and proven")
+    assert host_line < text.index("EVIDENCE NOT WRITTEN: cannot write")
+    assert "No space left on device" in text and "Traceback" not in result.stdout + result.stderr
+    assert "the original sglang.service was restored and proven; the evidence could not be written" in text
+    record = json.loads(lab("cat", "/var/lib/serving-rollout/sglang.service/last-run.json").stdout)
+    assert record["restored"] is True and record["decision"]["decision"] in ("acceptable", "reject", "inconclusive")
+    assert record["restoration"]["state_after"]["ActiveState"] == "active"
+    assert_restored(*lab_baseline)
+    # No truncated document is left behind: every file there parses.
+    for path in Path(folder).rglob("*.json"):
+        json.loads(path.read_text())
