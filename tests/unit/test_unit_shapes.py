@@ -1,0 +1,137 @@
+"""A corpus of serving-unit shapes, as operators write them (learned from public vLLM/SGLang
+units; written here, not copied), each adopted with its facts or refused with its true reason."""
+
+import pytest
+from ansible.module_utils import unit_shapes
+
+PY = "/usr/bin/python3"
+ENV_QWEN = "MODEL=Qwen/Qwen3-32B\nTENSOR_PARALLEL_SIZE=4\nNCCL_P2P_DISABLE=1\nSGLANG_OPTS=--context-length 32768\n"
+IMAGE = "lmsysorg/sglang@sha256:" + "a" * 64
+FILES = {
+    "/etc/sglang/qwen.env": ENV_QWEN,
+    "/etc/vllm/llama.yaml": "model: meta-llama/Llama-3.1-70B-Instruct\ntensor-parallel-size: 8\nmax-model-len: 65536\n",
+    "/etc/vllm/multi.yaml": "model: x/big\ntensor_parallel_size: 8\nnnodes: 2\n",
+    "/opt/serve/launch.sh": "#!/bin/bash\nexec docker run --gpus all lmsysorg/sglang python3 -m sglang.launch_server\n",
+    "/opt/venv/bin/vllm": "#!/opt/venv/bin/python3\nfrom vllm.entrypoints.cli.main import main\n",
+    "/opt/venv/bin/sglang": "#!/opt/venv/bin/python3.12\n",
+    "/home/svc/models/env": "NCCL_P2P_DISABLE=1\n",
+    "/etc/nccl-shared.env": "NCCL_P2P_DISABLE=1\nNCCL_CUMEM_ENABLE=0\n",
+}
+SGLANG = f"{PY} -m sglang.launch_server --model-path Qwen/Qwen3-32B --tp-size 2 --port 30000"
+
+CASES = [
+    # (id, unit name, unit text, expected facts or refusal fragment)
+    ("plain process", "sglang.service", f"[Service]\nEnvironment=NCCL_P2P_DISABLE=1\nExecStart={SGLANG}\n",
+     {"runtime": "process", "tp_size": "2", "model": "Qwen/Qwen3-32B"}),
+    ("continuation lines", "sglang.service", f"[Service]\nExecStart={PY} -m sglang.launch_server \\\n"
+     "  --model-path Qwen/Qwen3-32B \\\n  --tp-size 4\n", {"tp_size": "4"}),
+    ("controls in an EnvironmentFile, ${VAR} args", "sglang.service",
+     "[Service]\nEnvironmentFile=/etc/sglang/qwen.env\nExecStart=/usr/bin/python3 -m sglang.launch_server "
+     "--model-path ${MODEL} --tp-size ${TENSOR_PARALLEL_SIZE} $SGLANG_OPTS\n",
+     {"model": "Qwen/Qwen3-32B", "tp_size": "4", "context_length": "32768"}),
+    ("template instance %i in EnvironmentFile", "sglang@qwen.service",
+     "[Service]\nEnvironmentFile=/etc/sglang/%i.env\nExecStart=/usr/bin/python3 -m sglang.launch_server "
+     "--model-path ${MODEL} --tp-size ${TENSOR_PARALLEL_SIZE}\n",
+     {"model": "Qwen/Qwen3-32B", "tp_size": "4", "shape.template": True, "shape.instance": "qwen"}),
+    ("vllm template with --config %i.yaml", "vllm@llama.service",
+     "[Service]\nExecStart=/opt/venv/bin/vllm serve --config /etc/vllm/%i.yaml --port 8000\n",
+     {"engine": "vllm", "tp_size": "8", "model": "meta-llama/Llama-3.1-70B-Instruct", "context_length": "65536"}),
+    ("vllm positional model", "vllm.service",
+     "[Service]\nExecStart=/opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2\n",
+     {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": "2"}),
+    ("%h and %u of User=", "sglang.service",
+     "[Service]\nUser=svc\nEnvironmentFile=%h/models/env\nExecStart=" + SGLANG + " --download-dir %h/models\n",
+     {"env_file_env.NCCL_P2P_DISABLE": "1"}),
+    ("%n and %p", "sglang.service", f"[Service]\nSyslogIdentifier=%p\nExecStart={SGLANG} --served-model-name %N\n",
+     {"engine_args.--served-model-name": "sglang"}),
+    ("docker run pinned by digest", "sglang-docker.service",
+     f"[Service]\nExecStartPre=-/usr/bin/docker rm -f sglang\nExecStart=/usr/bin/docker run --rm --name sglang "
+     f"--gpus all -e NCCL_P2P_DISABLE=1 {IMAGE} python3 -m sglang.launch_server --model-path m --tp-size 8\n"
+     "ExecStop=/usr/bin/docker stop sglang\n", {"runtime": "docker", "container_name": "sglang", "tp_size": "8"}),
+    ("podman with --env-file", "sglang-podman.service",
+     f"[Service]\nExecStart=/usr/bin/podman run --rm --name s --env-file /etc/nccl-shared.env {IMAGE} "
+     "python3 -m sglang.launch_server --model-path m --tp 2\n", {"runtime": "podman", "tp_size": "2"}),
+    ("shared NCCL EnvironmentFile", "sglang.service",
+     f"[Service]\nEnvironmentFile=/etc/nccl-shared.env\nExecStart={SGLANG}\n",
+     {"env.NCCL_CUMEM_ENABLE": "0"}),
+    ("optional missing EnvironmentFile", "sglang.service",
+     f"[Service]\nEnvironmentFile=-/etc/sglang/absent.env\nExecStart={SGLANG}\n", {"tp_size": "2"}),
+    ("console script with shebang", "sglang.service",
+     "[Service]\nExecStart=/opt/venv/bin/sglang serve --model-path m --tp-size 4\n", {"tp_size": "4"}),
+    ("single-node --nnodes 1", "sglang.service", f"[Service]\nExecStart={SGLANG} --nnodes 1\n", {"tp_size": "2"}),
+    # refusals, each with its true reason
+    ("wrapper script", "sglang.service", "[Service]\nExecStart=/opt/serve/launch.sh\n",
+     "runs a wrapper script (/opt/serve/launch.sh)"),
+    ("bash -c wrapper", "sglang.service", "[Service]\nExecStart=/bin/bash /opt/serve/launch.sh\n",
+     "runs a wrapper script (/opt/serve/launch.sh)"),
+    ("Jinja template", "sglang.service", "[Service]\nExecStart={{ sglang_bin }} --port {{ vllm_port }}\n",
+     "is a Jinja template, not a unit"),
+    ("Jinja comment", "sglang.service", "{# managed #}\n[Service]\nExecStart=/bin/true\n",
+     "is a Jinja template, not a unit"),
+    ("multi-node sglang", "sglang.service", f"[Service]\nExecStart={SGLANG} --nnodes 2 --node-rank 0\n",
+     "runs a multi-node engine (--nnodes 2)"),
+    ("multi-node vllm config", "vllm@multi.service",
+     "[Service]\nExecStart=/opt/venv/bin/vllm serve --config /etc/vllm/%i.yaml\n",
+     "runs a multi-node engine (--nnodes 2 (in /etc/vllm/multi.yaml))"),
+    ("%i in a plain unit", "sglang.service", "[Service]\nEnvironmentFile=/etc/sglang/%i.env\nExecStart=/bin/true\n",
+     "specifier %i in EnvironmentFile= has no value here"),
+    ("unknown specifier", "sglang.service", f"[Service]\nExecStart={SGLANG} --x %Z\n",
+     "specifier %Z in ExecStart= is not supported"),
+    ("missing EnvironmentFile", "sglang.service",
+     f"[Service]\nEnvironmentFile=/etc/sglang/gone.env\nExecStart={SGLANG}\n",
+     "EnvironmentFile /etc/sglang/gone.env (from sglang.service) cannot be read"),
+]
+
+
+def adopt(unit_name, text, path=None):
+    files = {**FILES, path or f"/etc/systemd/system/{unit_name}": text}
+    return unit_shapes.adopt(unit_name, path or f"/etc/systemd/system/{unit_name}", files.get,
+                             home_of=lambda user: "/home/svc" if user == "svc" else "/root")
+
+
+def fact(recipe, dotted):
+    value = recipe
+    for part in dotted.split(".", 1) if not dotted.startswith("engine_args.") else ["engine_args", dotted[12:]]:
+        value = value[part]
+    return value
+
+
+@pytest.mark.parametrize("case, unit_name, text, expected", CASES, ids=[c[0] for c in CASES])
+def test_unit_shape(case, unit_name, text, expected):
+    if isinstance(expected, str):
+        with pytest.raises(unit_shapes.ShapeError) as error:
+            adopt(unit_name, text)
+        assert expected in str(error.value)
+        return
+    recipe = adopt(unit_name, text)
+    for dotted, value in expected.items():
+        assert fact(recipe, dotted) == value, (dotted, fact(recipe, dotted))
+
+
+def test_corpus_has_at_least_twenty_shapes():
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("path, text, reason", [
+    ("/etc/containers/systemd/sglang.container", "[Container]\nImage=x\n", "is a Podman Quadlet file"),
+    ("/home/svc/.config/systemd/user/sglang.service", "[Service]\nExecStart=/bin/true\n", "is a user unit"),
+])
+def test_quadlet_and_user_units_are_refused_by_name(path, text, reason):
+    with pytest.raises(unit_shapes.ShapeError, match=reason):
+        adopt("sglang.service", text, path=path)
+
+
+def test_var_expansion_follows_systemd_word_rules():
+    env = {"OPTS": "--tp-size 4  --port 1", "M": "a b"}
+    assert unit_shapes.expand_vars(["x", "$OPTS", "--model=${M}", "pre$M", "$UNSET"], env) == \
+        ["x", "--tp-size", "4", "--port", "1", "--model=a b", "prea b"]
+
+
+def test_container_renamed_in_every_line_that_names_it():
+    assert unit_shapes.rename_container(["/usr/bin/docker", "rm", "-f", "sglang"], "sglang", "sglang-candidate") == \
+        ["/usr/bin/docker", "rm", "-f", "sglang-candidate"]
+    assert unit_shapes.rename_container(["docker", "stop", "-t", "30", "sglang"], "sglang", "sglang-candidate")[-1] \
+        == "sglang-candidate"
+    assert unit_shapes.rename_container(["podman", "run", "--cidfile=/run/sglang.cid", "--name", "sglang", "img"],
+                                        "sglang", "sglang-c") == ["podman", "run", "--cidfile=/run/sglang-c.cid",
+                                                                  "--name", "sglang-c", "img"]
