@@ -85,7 +85,6 @@ from ansible.module_utils.unit_recipe import (
     apply_change,
     check_one_control,
     inline_secrets,
-    merge_dropins,
     parse_recipe,
     parse_unit_text,
     redact_unit_text,
@@ -93,6 +92,7 @@ from ansible.module_utils.unit_recipe import (
     render_sections,
     values,
 )
+from ansible.module_utils.unit_shapes import ShapeError, adopt
 
 SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
               "InvocationID", "NeedDaemonReload", "ExecMainPID")
@@ -212,18 +212,26 @@ def main():
         dropin_text, info = read(module, path, "drop-in")
         dropins.append(dropin_text)
         files.append(info)
+
+    def home_of(user):
+        try:
+            import pwd
+            return pwd.getpwnam(user).pw_dir
+        except (KeyError, ImportError):
+            return None
+
     try:
-        sections = merge_dropins(parse_unit_text(text), dropins)
-        env_texts = {}
-        for ref in values(sections, "Service", "EnvironmentFile"):
-            path = ref.lstrip("-")
-            if not os.path.exists(path) and ref.startswith("-"):
-                continue  # optional file, as systemd treats "-/path"
-            env_texts[path], info = read(module, path, "EnvironmentFile")
-            files.append(info)
-        recipe = parse_recipe(sections, env_texts)
-    except RecipeError as exc:
-        module.fail_json(msg=f"cannot parse {params['unit']}: {exc}")
+        # The unit as systemd runs it: specifiers expanded, $VAR facts, refusals with the true reason.
+        recipe = adopt(params["unit"], state["FragmentPath"], read_optional, state.get("DropInPaths", "").split(),
+                       home_of)
+    except ShapeError as exc:
+        module.fail_json(msg=f"{params['unit']} refused: {exc}")
+    # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
+    # and the EnvironmentFiles' contents, which never leave the module.
+    sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")
+    recipe.pop("file_values")
+    for path in env_texts:
+        files.append(read(module, path, "EnvironmentFile")[1])
     result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,
               "recipe": redacted(recipe), "text_redacted": redact_unit_text(text)}
     if params["require_digest"] and recipe["runtime"] != "process" and not recipe["image_digest"]:

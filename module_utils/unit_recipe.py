@@ -309,7 +309,8 @@ def parse_recipe(sections, env_files=None):
     }
     for field, flags in ENGINE_ARG_ALIASES.items():
         recipe[field] = next((args[f] for f in flags if f in args), None)
-    if recipe["model"] is None and positional[:2] == ["vllm", "serve"] and len(positional) > 2:
+    if recipe["model"] is None and len(positional) > 2 and positional[0].rsplit("/", 1)[-1] == "vllm" \
+            and positional[1] == "serve":
         recipe["model"] = positional[2]
     return recipe
 
@@ -339,6 +340,8 @@ def redacted(recipe):
                           for k, v in recipe["engine_args"].items()}
     out["argv"] = redact_argv(recipe["argv"])
     out["engine_command"] = redact_argv(recipe["engine_command"])
+    if "shape" in recipe:  # $VAR expansion brings EnvironmentFile values into the argv
+        out["shape"] = {**recipe["shape"], "expanded_argv": redact_argv(recipe["shape"]["expanded_argv"])}
     return out
 
 
@@ -486,6 +489,29 @@ def check_one_control(original, candidate):
     return differences[0]
 
 
+def rename_container(argv, old, new):
+    """An Exec argv with every reference to the container `old` renamed: --name, --cidfile
+    paths, and the container argument of stop/rm/kill/wait/restart/logs/inspect."""
+    out = []
+    takes_name = False
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    for index, word in enumerate(argv):
+        if takes_name and word == old:
+            out.append(new)
+            continue
+        if word == f"--name={old}":
+            out.append(f"--name={new}")
+        elif index > 0 and argv[index - 1] == "--name" and word == old:
+            out.append(new)
+        elif word.startswith("--cidfile=") or (index > 0 and argv[index - 1] == "--cidfile"):
+            out.append(word.replace(old, new))
+        else:
+            out.append(word)
+        if program in RUNTIMES and word in ("stop", "rm", "kill", "wait", "restart", "logs", "inspect", "start"):
+            takes_name = True
+    return out
+
+
 # ---- applying a change --------------------------------------------------------------------
 
 def _set_env_in_argv(argv, image_index, name, value):
@@ -553,9 +579,11 @@ def apply_change(sections, recipe, change, keep_identity=False):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
             raise RecipeError(f"env control name {name!r} is not a variable name")
         in_unit = name in recipe["unit_env"]
-        if name in recipe["env_file_env"] and not in_unit:
-            raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}); "
-                              "the candidate cannot change it without copying that file")
+        if name in recipe["env_file_env"] and runtime == "process":
+            # systemd: EnvironmentFile= overrides Environment=, so the file decides the value.
+            raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}), which "
+                              f"overrides Environment={'' if not in_unit else ' (where it is also set)'}; the "
+                              "candidate cannot change it without its own copy of that file (not supported yet)")
         if runtime != "process" and (name in recipe["env"] or not in_unit):
             head = _set_env_in_argv(head, image_index, name, value)
         else:
@@ -597,6 +625,11 @@ def apply_change(sections, recipe, change, keep_identity=False):
         for key, val in items:
             if key == "ExecStart":
                 new_items.append(["ExecStart", new_exec])
+            elif key.startswith("Exec") and recipe["container_name"] and not keep_identity:
+                # ExecStartPre/ExecStop/... that name the container manage the candidate's own.
+                line_prefix, words = split_command(val)
+                renamed = rename_container(words, recipe["container_name"], recipe["container_name"] + CANDIDATE_SUFFIX)
+                new_items.append([key, join_command(renamed, line_prefix) if renamed != words else val])
             elif key == "Environment":
                 if not env_written:
                     new_items += [["Environment", line] for line in env_lines]

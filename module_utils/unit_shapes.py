@@ -13,6 +13,18 @@ Pure functions; the serving_recipe module reads the files.
 
 import re
 
+from ansible.module_utils.unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
+    RecipeError,
+    engine_args,
+    merge_dropins,
+    parse_env_file,
+    parse_recipe,
+    parse_unit_text,
+    rename_container,
+    split_runtime,
+    values,
+)
+
 SPECIFIER_RE = re.compile(r"%(.)")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 PYTHON_RE = re.compile(r"(^|/)python[0-9.]*$")
@@ -141,29 +153,6 @@ def wrapper_script(argv, read_text):
     return None
 
 
-def rename_container(argv, old, new):
-    """An Exec argv with every reference to the container `old` renamed: --name, --cidfile
-    paths, and the container argument of stop/rm/kill/wait/restart/logs/inspect."""
-    out = []
-    takes_name = False
-    for index, word in enumerate(argv):
-        program = argv[0].rsplit("/", 1)[-1] if argv else ""
-        if takes_name and word == old:
-            out.append(new)
-            continue
-        if word == f"--name={old}":
-            out.append(f"--name={new}")
-        elif index > 0 and argv[index - 1] == "--name" and word == old:
-            out.append(new)
-        elif word.startswith("--cidfile=") or (index > 0 and argv[index - 1] == "--cidfile"):
-            out.append(word.replace(old, new))
-        else:
-            out.append(word)
-        if program in RUNTIMES and word in ("stop", "rm", "kill", "wait", "restart", "logs", "inspect", "start"):
-            takes_name = True
-    return out
-
-
 def _config_facts(text):
     """TP size, model and context from a vLLM/SGLang --config file (flat `key: value` YAML)."""
     facts = {}
@@ -190,9 +179,6 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
     specifier-expanded unit, with facts completed from $VAR expansion and --config files, plus
     `shape` (template, instance, specifiers used, expanded argv, config) and the env file texts.
     """
-    from ansible.module_utils.unit_recipe import RecipeError, engine_args, merge_dropins, parse_env_file, \
-        parse_recipe, parse_unit_text, split_runtime, values
-
     refuse_path(fragment_path)
     text = read_text(fragment_path)
     if text is None:
@@ -252,6 +238,7 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         recipe["model"] = words[2]
     recipe["shape"] = {"template": specs.get("i") is not None, "instance": specs.get("i"), "specifiers": used,
                        "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image}
-    recipe["env_file_texts"] = env_texts  # for the candidate's own copy of a control's file; never returned
+    recipe["sections"] = sections  # specifier-expanded: what a candidate is rendered from
+    recipe["env_file_texts"] = env_texts  # never returned by a module
     recipe["file_values"] = {path: parse_env_file(t) for path, t in env_texts.items()}
     return recipe

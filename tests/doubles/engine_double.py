@@ -33,6 +33,8 @@ Configuration (environment, all optional):
       ignore_p2p              print SHM transport even when P2P is allowed (no effect)
       fail_requests           answer every completion with HTTP 500
       startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
+      speedup:F               every latency of this process F (0-1) shorter: an effect far outside
+                              any noise, for tests that need a verdict on a loaded machine
   DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
                               after this process's systemd unit (from /proc/self/cgroup)
                               adds its faults, so one unit of two sharing an
@@ -334,7 +336,7 @@ class Engine:
     def token_times(self, started, prompt_tokens, count):
         """Yields as each of `count` tokens is due: the first after the time to first token, the
         rest one decode step apart, all scaled by this request's noise factor."""
-        factor = self.model.request_factor()
+        factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0))
         due = started + self.model.ttft(prompt_tokens) * factor
         for index in range(count):
             if index:

@@ -27,8 +27,15 @@ def rollout(evidence, **extra):
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
+    """A run whose verdict is acceptable on a loaded machine too: the candidate is made 40 %
+    faster (the double's speedup fault), far outside any CPU noise, never a retried assertion."""
     evidence = tmp_path_factory.mktemp("evidence")
-    result, run = rollout(evidence)
+    fault = "/etc/engine-double/faults/sglang-candidate.service"
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.4 > {fault}")
+    try:
+        result, run = rollout(evidence)
+    finally:
+        lab("rm", "-f", fault)
     assert result.returncode == 0, result.stdout[-3000:]
     return evidence, run
 

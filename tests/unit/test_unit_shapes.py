@@ -16,6 +16,7 @@ FILES = {
     "/opt/venv/bin/sglang": "#!/opt/venv/bin/python3.12\n",
     "/home/svc/models/env": "NCCL_P2P_DISABLE=1\n",
     "/etc/nccl-shared.env": "NCCL_P2P_DISABLE=1\nNCCL_CUMEM_ENABLE=0\n",
+    "/etc/sglang/mistral.env": "MODEL=mistralai/Mistral-Large\nTENSOR_PARALLEL_SIZE=8\n",
 }
 SGLANG = f"{PY} -m sglang.launch_server --model-path Qwen/Qwen3-32B --tp-size 2 --port 30000"
 
@@ -135,3 +136,34 @@ def test_container_renamed_in_every_line_that_names_it():
     assert unit_shapes.rename_container(["podman", "run", "--cidfile=/run/sglang.cid", "--name", "sglang", "img"],
                                         "sglang", "sglang-c") == ["podman", "run", "--cidfile=/run/sglang-c.cid",
                                                                   "--name", "sglang-c", "img"]
+
+
+def test_container_candidate_manages_only_its_own_container():
+    from ansible.module_utils import unit_recipe
+    docker = next(c for c in CASES if c[0] == "docker run pinned by digest")
+    recipe = adopt(docker[1], docker[2])
+    sections = unit_recipe.apply_change(recipe["sections"], recipe,
+                                        {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    service = dict((k, v) for name, items in sections if name == "Service" for k, v in items)
+    assert service["ExecStartPre"] == "-/usr/bin/docker rm -f sglang-candidate"
+    assert service["ExecStop"] == "/usr/bin/docker stop sglang-candidate"
+    assert "--name sglang-candidate" in service["ExecStart"] and "NCCL_P2P_DISABLE=0" in service["ExecStart"]
+
+
+def test_template_candidate_keeps_every_specifier_value_as_text():
+    from ansible.module_utils import unit_recipe
+    case = next(c for c in CASES if c[0] == "template instance %i in EnvironmentFile")
+    unit_text = case[2].replace("ExecStart=", "Environment=NCCL_P2P_DISABLE=1\nExecStart=")
+    # qwen.env sets NCCL_P2P_DISABLE itself, and an EnvironmentFile overrides Environment=: refused, why named.
+    qwen = adopt(case[1], unit_text)
+    with pytest.raises(unit_recipe.RecipeError, match="overrides Environment= \\(where it is also set\\)"):
+        unit_recipe.apply_change(qwen["sections"], qwen, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    recipe = adopt("sglang@mistral.service", unit_text)
+    text = unit_recipe.render_sections(unit_recipe.apply_change(
+        recipe["sections"], recipe, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}))
+    # Started as sglang@qwen-candidate.service, a %i would read qwen-candidate's files: none is left.
+    assert "%" not in text and "EnvironmentFile=/etc/sglang/mistral.env" in text
+    name = "sglang@mistral-candidate.service"
+    again = unit_shapes.adopt(name, f"/etc/systemd/system/{name}", {**FILES, f"/etc/systemd/system/{name}": text}.get)
+    assert again["model"] == recipe["model"] == "mistralai/Mistral-Large" and again["tp_size"] == "8"
+    assert unit_recipe.check_one_control(recipe, again)["control"] == "env:NCCL_P2P_DISABLE"
