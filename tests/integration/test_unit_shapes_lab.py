@@ -1,0 +1,85 @@
+"""Unit shapes on the lab host: a template instance rolled out and restored byte-exact (its
+candidate reads the instance's own files), and refusals with the true reason before any change."""
+
+import json
+import re
+import subprocess
+import tempfile
+
+import pytest
+from conftest import run_playbook
+
+LAB = "serving-lab-gpu-1"
+PORT = 30031
+TEMPLATE = f"""[Unit]
+Description=SGLang %i (template, engine double)
+
+[Service]
+EnvironmentFile=/etc/sglang/%i.env
+EnvironmentFile=/etc/sglang/engine-double.env
+Environment=NCCL_P2P_DISABLE=1
+ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path ${{MODEL}} \\
+  --revision 2c9ba0a5b9c2d5c7b2a4e1f0a7d3c6e9b8f1a2d4 --tp-size ${{TENSOR_PARALLEL_SIZE}} \\
+  --context-length 32768 --host 127.0.0.1 --port {PORT} --api-key ${{SGLANG_API_KEY}}
+
+[Install]
+WantedBy=multi-user.target
+"""
+INSTANCE_ENV = "MODEL=Qwen/Qwen3-235B-A22B-Instruct-2507-FP8\nTENSOR_PARALLEL_SIZE=4\nSGLANG_API_KEY=tmpl-key-51ac\n"
+
+
+def lab(*command, check=True, stdin=None):
+    return subprocess.run(["podman", "exec", "-i", LAB, *command], capture_output=True, text=True, check=check,
+                          input=stdin)
+
+
+@pytest.fixture
+def template_unit():
+    lab("sh", "-c", "cat > /etc/sglang/qwen.env && chmod 600 /etc/sglang/qwen.env", stdin=INSTANCE_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang@.service", stdin=TEMPLATE)
+    lab("sh", "-c", "systemctl daemon-reload && systemctl enable --now sglang@qwen.service")
+    yield
+    lab("sh", "-c", "systemctl disable --now sglang@qwen.service; rm -rf /etc/systemd/system/sglang@.service "
+                    "/etc/sglang/qwen.env /var/lib/serving-rollout/sglang@qwen.service* "
+                    "/etc/systemd/system/sglang@qwen-candidate.service; systemctl daemon-reload", check=False)
+
+
+def test_template_instance_rolls_out_and_restores_byte_exact(template_unit):
+    before = lab("sha256sum", "/etc/systemd/system/sglang@.service", "/etc/sglang/qwen.env").stdout
+    evidence = tempfile.mkdtemp(prefix="template-evidence-")
+    expected = {"model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "tp_size": 4, "context_length": 32768,
+                "nccl_version": "2.28.9"}
+    result = run_playbook("candidate.yml", {
+        "serving_recipe_unit": "sglang@qwen.service", "rollout_engine_port": PORT, "serving_expected": expected,
+        "rollout_gpu_process_pattern": f"engine_double.py .*--port {PORT}", "rollout_evidence_dir": evidence,
+        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
+        inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert lab("sha256sum", "/etc/systemd/system/sglang@.service", "/etc/sglang/qwen.env").stdout == before
+    state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang@qwen.service").stdout
+    assert "ActiveState=active" in state and "NRestarts=0" in state
+    recipes = json.loads(next(__import__("pathlib").Path(evidence).rglob("recipes.json")).read_text())
+    original = recipes["original"]
+    assert original["tp_size"] == "4" and original["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+    assert original["shape"]["template"] is True and original["shape"]["instance"] == "qwen"
+    assert "/etc/sglang/qwen.env" in original["env_files"]
+    assert "tmpl-key-51ac" not in json.dumps(recipes)
+
+
+@pytest.mark.parametrize("unit_text, reason", [
+    ("[Service]\nExecStart=/opt/serve/launch.sh\n", "runs a wrapper script (/opt/serve/launch.sh)"),
+    (f"[Service]\nExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --tp-size 2 --nnodes 2 "
+     f"--port {PORT}\n", "runs a multi-node engine (--nnodes 2)"),
+])
+def test_refused_shapes_name_the_true_reason_before_any_change(unit_text, reason):
+    lab("sh", "-c", "cat > /etc/systemd/system/shape-test.service && systemctl daemon-reload", stdin=unit_text)
+    try:
+        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "shape-test.service"},
+                              inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0 and f"shape-test.service refused: shape-test.service {reason}" in text, \
+            text[-2000:]
+        assert lab("test", "-e", "/etc/systemd/system/shape-test-candidate.service", check=False).returncode == 1
+    finally:
+        lab("sh", "-c", "rm -rf /etc/systemd/system/shape-test.service /var/lib/serving-rollout/shape-test.service; "
+                        "systemctl daemon-reload", check=False)
