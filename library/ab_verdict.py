@@ -36,8 +36,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-cells: {description: Per cell verdicts., type: list, returned: always}
-decision: {description: decision (acceptable, reject, inconclusive), rule and reasons., type: dict, returned: always}
+cells:
+  description: Per cell verdicts.
+  type: list
+  returned: always
+decision:
+  description: decision (acceptable, reject, inconclusive), rule and reasons.
+  type: dict
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule

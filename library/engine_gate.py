@@ -75,7 +75,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-record: {description: The gate record., type: dict, returned: always}
+record:
+  description: The gate record.
+  type: dict
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -33,9 +33,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-source: {description: nvml or process-scan., type: str, returned: always}
-processes: {description: pid, systemd unit, command line or (NVML) gpu and memory of each process., type: list, returned: always}
-waited_s: {description: Seconds waited for the processes to exit., type: float, returned: always}
+source:
+  description: nvml or process-scan.
+  type: str
+  returned: always
+processes:
+  description: pid, systemd unit, command line or (NVML) gpu and memory of each process.
+  type: list
+  returned: always
+waited_s:
+  description: Seconds waited for the processes to exit.
+  type: float
+  returned: always
 """
 
 import os

@@ -35,14 +35,35 @@ iommu:
   returned: always
   type: dict
   contains:
-    enabled: {description: Whether IOMMU groups exist., type: bool}
-    reasons: {description: Why something could not be read., type: list, elements: str}
-    cmdline_flags: {description: iommu, iommu.passthrough, iommu.strict, intel_iommu, amd_iommu., type: dict}
-    passthrough: {description: Whether the flags imply passthrough (null when unsaid)., type: bool}
-    groups: {description: Every group with id, type and member devices., type: list, elements: dict}
-    gpus: {description: Per GPU its group, group type, peers and upstream bridges with ACS., type: list, elements: dict}
-    translated_gpu_groups: {description: Groups of GPUs with DMA or DMA-FQ domains., type: list, elements: str}
-    acs_redirecting_bridges: {description: Bridges above GPUs with ACS RR or CR set., type: list, elements: str}
+    enabled:
+      description: Whether IOMMU groups exist.
+      type: bool
+    reasons:
+      description: Why something could not be read.
+      type: list
+      elements: str
+    cmdline_flags:
+      description: iommu, iommu.passthrough, iommu.strict, intel_iommu, amd_iommu.
+      type: dict
+    passthrough:
+      description: Whether the flags imply passthrough (null when unsaid).
+      type: bool
+    groups:
+      description: Every group with id, type and member devices.
+      type: list
+      elements: dict
+    gpus:
+      description: Per GPU its group, group type, peers and upstream bridges with ACS.
+      type: list
+      elements: dict
+    translated_gpu_groups:
+      description: Groups of GPUs with DMA or DMA-FQ domains.
+      type: list
+      elements: str
+    acs_redirecting_bridges:
+      description: Bridges above GPUs with ACS RR or CR set.
+      type: list
+      elements: str
 """
 
 import os

@@ -52,7 +52,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-scan: {description: invocation_id, lines, ready, errors, nccl, custom_all_reduce, excerpt., type: dict, returned: always}
+scan:
+  description: invocation_id, lines, ready, errors, nccl, custom_all_reduce, excerpt.
+  type: dict
+  returned: always
 """
 
 import re

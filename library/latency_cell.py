@@ -43,7 +43,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-cell: {description: name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s., type: dict, returned: always}
+cell:
+  description: name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s.
+  type: dict
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule

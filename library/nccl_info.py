@@ -48,9 +48,15 @@ nccl:
   returned: always
   type: dict
   contains:
-    library: {description: Loaded library result (found, version, code, path, reason)., type: dict}
-    image: {description: Per library path in the image, its version or error., type: dict}
-    log: {description: Parsed log (versions, channels, pairs, summary, warnings)., type: dict}
+    library:
+      description: Loaded library result (found, version, code, path, reason).
+      type: dict
+    image:
+      description: Per library path in the image, its version or error.
+      type: dict
+    log:
+      description: Parsed log (versions, channels, pairs, summary, warnings).
+      type: dict
 """
 
 import json

@@ -36,13 +36,29 @@ nvml:
   returned: always
   type: dict
   contains:
-    available: {description: Whether NVML could be read., type: bool}
-    reason: {description: Why not, when not available., type: str}
-    driver_version: {description: Driver version., type: str}
-    cuda_driver_version: {description: CUDA driver API version, e.g. 13.0., type: str}
-    gpus: {description: Per GPU facts., type: list, elements: dict}
-    pairs: {description: Per ordered pair P2P status by name and topology level., type: list, elements: dict}
-    all_pairs_p2p_ok: {description: READ and WRITE are OK for every ordered pair., type: bool}
+    available:
+      description: Whether NVML could be read.
+      type: bool
+    reason:
+      description: Why not, when not available.
+      type: str
+    driver_version:
+      description: Driver version.
+      type: str
+    cuda_driver_version:
+      description: CUDA driver API version, e.g. 13.0.
+      type: str
+    gpus:
+      description: Per GPU facts.
+      type: list
+      elements: dict
+    pairs:
+      description: Per ordered pair P2P status by name and topology level.
+      type: list
+      elements: dict
+    all_pairs_p2p_ok:
+      description: READ and WRITE are OK for every ordered pair.
+      type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule

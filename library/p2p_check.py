@@ -161,10 +161,19 @@ p2p:
   returned: always
   type: dict
   contains:
-    verdict: {description: ok, corrupt, hung, error, no_peer_access or skipped (the worst seen)., type: str}
-    pairs: {description: Per ordered pair copies, bandwidth, latency, link peak and verdict., type: list, elements: dict}
-    allreduce: {description: Bracketed runs, per-size comparison and the transport NCCL used., type: dict}
-    elapsed_s: {description: Wall time of the whole check., type: float}
+    verdict:
+      description: ok, corrupt, hung, error, no_peer_access or skipped (the worst seen).
+      type: str
+    pairs:
+      description: Per ordered pair copies, bandwidth, latency, link peak and verdict.
+      type: list
+      elements: dict
+    allreduce:
+      description: Bracketed runs, per-size comparison and the transport NCCL used.
+      type: dict
+    elapsed_s:
+      description: Wall time of the whole check.
+      type: float
 """
 
 import json

@@ -66,12 +66,30 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-unit: {description: Name, fragment path, drop-in paths and state from systemctl show., type: dict, returned: always}
-files: {description: Unit, drop-ins and EnvironmentFiles with sha256 and kind., type: list, returned: always}
-recipe: {description: "The parsed recipe, secrets redacted; nccl_config holds the NCCL sources and effective values.", type: dict, returned: always}
-text_redacted: {description: The unit file with secret values redacted, for diffs., type: str, returned: always}
-candidate: {description: "The one difference, the rendered text's sha256, the text redacted, and dest.", type: dict, returned: when change is given}
-comparison: {description: The one difference from compare_path., type: dict, returned: when compare_path is given}
+unit:
+  description: Name, fragment path, drop-in paths and state from systemctl show.
+  type: dict
+  returned: always
+files:
+  description: Unit, drop-ins and EnvironmentFiles with sha256 and kind.
+  type: list
+  returned: always
+recipe:
+  description: The parsed recipe, secrets redacted; nccl_config holds the NCCL sources and effective values.
+  type: dict
+  returned: always
+text_redacted:
+  description: The unit file with secret values redacted, for diffs.
+  type: str
+  returned: always
+candidate:
+  description: The one difference, the rendered text's sha256, the text redacted, and dest.
+  type: dict
+  returned: when change is given
+comparison:
+  description: The one difference from compare_path.
+  type: dict
+  returned: when compare_path is given
 """
 
 import hashlib

@@ -48,8 +48,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-manifest: {description: The snapshot manifest (unit, state, files with sha256)., type: dict, returned: always}
-snapshot_path: {description: Folder holding the manifest and copies., type: str, returned: always}
+manifest:
+  description: The snapshot manifest (unit, state, files with sha256).
+  type: dict
+  returned: always
+snapshot_path:
+  description: Folder holding the manifest and copies.
+  type: str
+  returned: always
 """
 
 import difflib
