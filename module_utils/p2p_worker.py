@@ -207,6 +207,14 @@ def peer(args):
     return out
 
 
+def size_record(nbytes, samples_us, world, correct):
+    """One all-reduce size's result: median latency, algorithm and bus bandwidth (as nccl-tests)."""
+    median_us = statistics.median(samples_us)
+    algbw = nbytes / (median_us * 1e-6) / 1e9
+    return {"bytes": nbytes, "median_us": median_us, "samples_us": samples_us, "algbw_gbps": algbw,
+            "busbw_gbps": algbw * 2 * (world - 1) / world, "correct": correct}
+
+
 def allreduce(args):
     import torch
     import torch.distributed as dist
@@ -239,11 +247,7 @@ def allreduce(args):
         check.fill_(float(rank + 1))
         dist.all_reduce(check)
         correct = correct and bool(torch.all(check == expected_sum).item())
-        median_us = statistics.median(samples)
-        algbw = nbytes / (median_us * 1e-6) / 1e9
-        sizes.append({"bytes": nbytes, "median_us": median_us, "samples_us": samples,
-                      "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world,
-                      "correct": correct})
+        sizes.append(size_record(nbytes, samples, world, correct))
         del check, work
     dist.destroy_process_group()
     return {"rank": rank, "world_size": world, "sizes": sizes}
@@ -356,11 +360,7 @@ def allreduce_graph(args):
             all_reduce(check, stream)
         stream.synchronize()
         correct = correct and bool(torch.all(check == expected_sum).item())
-        median_us = statistics.median(samples)
-        algbw = nbytes / (median_us * 1e-6) / 1e9
-        sizes.append({"bytes": nbytes, "median_us": median_us, "samples_us": samples,
-                      "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world,
-                      "correct": correct})
+        sizes.append(size_record(nbytes, samples, world, correct))
         del graph, check, work
     nccl.close()
     return {"rank": rank, "world_size": world, "sizes": sizes, "method": "nccl-cuda-graph",

@@ -99,6 +99,35 @@ def run_playbook(playbook, extra_vars=None, inventory="localhost,", local=True, 
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+LAB_HOST = "serving-lab-gpu-1"
+
+
+def start_lab_playbook(playbook, extra_vars):
+    """ansible-playbook against the lab host in the background (its own session, so a test can
+    kill it as a killed controller would die)."""
+    import json as _json
+
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab",
+               f"playbooks/{playbook}", "-e", _json.dumps(extra_vars)]
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def wait_for_lab_phase(state_file, phase, timeout=90):
+    """Until the rollout state file on the lab host records `phase` (a condition, not a sleep)."""
+    import json as _json
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(["podman", "exec", LAB_HOST, "cat", state_file], capture_output=True,
+                               text=True).stdout
+        if state and _json.loads(state)["phase"] == phase:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"phase {phase} not reached in {timeout} s")
+
+
 def only_run_dir(evidence, host, kind):
     dirs = sorted((Path(evidence) / host).glob(f"{kind}-*"))
     assert len(dirs) == 1, dirs

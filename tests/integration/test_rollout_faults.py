@@ -13,7 +13,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import run_playbook, start_lab_playbook, wait_for_lab_phase
 
 LAB = "serving-lab-gpu-1"
 UNIT = "/etc/systemd/system/sglang.service"
@@ -128,21 +128,11 @@ def test_second_concurrent_run_is_refused_naming_the_holder(lab_baseline):
 
 
 def start_background(**extra):
-    command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
-               "playbooks/candidate.yml", "-e", json.dumps({**FAST, **extra})]
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return start_lab_playbook("candidate.yml", {**FAST, **extra})
 
 
-def wait_for_phase(phase, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = lab("cat", STATE, check=False).stdout
-        if state and json.loads(state)["phase"] == phase:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"phase {phase} not reached")
+def wait_for_phase(phase, timeout=90):
+    wait_for_lab_phase(STATE, phase, timeout)
 
 
 def test_killed_mid_candidate_then_rollback_restores(lab_baseline):

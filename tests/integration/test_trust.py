@@ -8,11 +8,10 @@ import re
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import run_playbook, start_lab_playbook, wait_for_lab_phase
 
 LAB = "serving-lab-gpu-1"
 UNIT = "/etc/systemd/system/sglang.service"
@@ -39,21 +38,11 @@ def files_hash():
 
 
 def start_background(**extra):
-    command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
-               "playbooks/candidate.yml", "-e", json.dumps({**FAST, **extra})]
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return start_lab_playbook("candidate.yml", {**FAST, **extra})
 
 
 def wait_for_phase(phase, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = lab("cat", STATE, check=False).stdout
-        if state and json.loads(state)["phase"] == phase:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"phase {phase} not reached")
+    wait_for_lab_phase(STATE, phase, timeout)
 
 
 def assert_restored(before_invocation, before_hash):
