@@ -1,6 +1,11 @@
 """Filters that read a candidate plan (anvil-serving.followup-candidate-plan/v1)."""
 
+import json
+from pathlib import Path
+
 from ansible.errors import AnsibleFilterError
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "candidate-plan.schema.json"
 
 PLAN_SCHEMA = "anvil-serving.followup-candidate-plan/v1"
 # Known candidate ids -> the one control each changes, and the evidence each needs first.
@@ -18,35 +23,41 @@ EVIDENCE_TEXT = {
 }
 
 
+def _path(error):
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+
+
+def _message(error):
+    """A jsonschema error as `$.path.to.field: what is wrong`, the field named for a missing one."""
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        return f"{_path(error)}.{missing}: required, missing"
+    if error.validator == "const":
+        return f"{_path(error)}: expected {error.validator_value!r}, got {error.instance!r}"
+    if error.validator == "minLength":
+        return f"{_path(error)}: must be a non-empty string, got {error.instance!r}"
+    return f"{_path(error)}: {error.message}"
+
+
+def candidate_plan_load(text, path):
+    """A plan file's JSON, or an error naming the file and where its JSON breaks."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"plan file {path} is not valid JSON: {exc}") from exc
+
+
 def candidate_plan_errors(plan):
-    """Every schema error, each naming its path in the document; [] when the plan is valid."""
-    if not isinstance(plan, dict):
-        return [f"$: the plan must be a JSON object, got {type(plan).__name__}"]
-    errors = []
-    if plan.get("schema") != PLAN_SCHEMA:
-        errors.append(f"$.schema: expected {PLAN_SCHEMA!r}, got {plan.get('schema')!r}")
-    candidates = plan.get("ordered_candidates")
-    if not isinstance(candidates, list) or not candidates:
-        errors.append("$.ordered_candidates: must be a non-empty list")
-        candidates = []
-    seen = set()
-    for n, entry in enumerate(candidates):
-        where = f"$.ordered_candidates[{n}]"
-        if not isinstance(entry, dict):
-            errors.append(f"{where}: must be an object")
-            continue
-        for field in ("id", "change", "gate"):
-            if not isinstance(entry.get(field), str) or not entry.get(field):
-                errors.append(f"{where}.{field}: must be a non-empty string")
-        if entry.get("id") in seen:
-            errors.append(f"{where}.id: duplicate id {entry['id']!r}")
-        seen.add(entry.get("id"))
-        prerequisites = entry.get("prerequisites", [])
-        if not isinstance(prerequisites, list) or not all(isinstance(p, str) for p in prerequisites):
-            errors.append(f"{where}.prerequisites: must be a list of strings")
-    controls = plan.get("comparison_controls", [])
-    if not isinstance(controls, list) or not all(isinstance(c, str) for c in controls):
-        errors.append("$.comparison_controls: must be a list of strings")
+    """Every schema error (schemas/candidate-plan.schema.json, checked with jsonschema), each
+    naming its path in the document; [] when the plan is valid."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = [_message(e) for e in sorted(validator.iter_errors(plan), key=lambda e: [str(p) for p in e.path])]
+    ids = [c.get("id") for c in plan.get("ordered_candidates") or [] if isinstance(c, dict)] \
+        if isinstance(plan, dict) else []
+    errors += [f"$.ordered_candidates[{n}].id: duplicate id {i!r}" for n, i in enumerate(ids) if i in ids[:n]]
     return errors
 
 
@@ -96,4 +107,5 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
 
 class FilterModule:
     def filters(self):
-        return {"candidate_plan_errors": candidate_plan_errors, "candidate_change": candidate_change}
+        return {"candidate_plan_errors": candidate_plan_errors, "candidate_change": candidate_change,
+                "candidate_plan_load": candidate_plan_load}

@@ -107,8 +107,16 @@ def test_malformed_plan_names_the_path_in_the_document(tmp_path):
     path.write_text(json.dumps(plan))
     result = render(serving_recipe_plan_file=str(path))
     assert result.returncode != 0
-    assert "$.ordered_candidates[1].id: must be a non-empty string" in result.stdout
+    assert "$.ordered_candidates[1].id: required, missing" in result.stdout
     assert "$.schema: expected 'anvil-serving.followup-candidate-plan/v1', got 'something/v0'" in result.stdout
+
+
+def test_broken_json_plan_names_the_file(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [}')
+    result = render(serving_recipe_plan_file=str(path))
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0 and f"plan file {path} is not valid JSON: Expecting value: line 1" in text
 
 
 def test_candidate_without_its_evidence_is_refused():
