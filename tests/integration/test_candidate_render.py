@@ -141,7 +141,8 @@ def test_image_not_pinned_by_digest_is_refused():
 
 def test_original_changed_since_snapshot_is_never_overwritten():
     assert render().returncode == 0
-    lab("sh", "-c", "cp /etc/sglang/sglang.env /tmp/env.bak && echo EXTRA=1 >> /etc/sglang/sglang.env")
+    saved = lab("cat", "/etc/sglang/sglang.env").stdout  # kept in the test, never as a copy on the host
+    lab("sh", "-c", "echo EXTRA=1 >> /etc/sglang/sglang.env")
     try:
         result = render()
         assert result.returncode != 0
@@ -150,4 +151,6 @@ def test_original_changed_since_snapshot_is_never_overwritten():
         kept = lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/files/01-sglang.env").stdout
         assert "EXTRA=1" not in kept
     finally:
-        lab("sh", "-c", "cp /tmp/env.bak /etc/sglang/sglang.env && chmod 600 /etc/sglang/sglang.env")
+        subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c",
+                        "cat > /etc/sglang/sglang.env && chmod 600 /etc/sglang/sglang.env"],
+                       input=saved, text=True, check=True)

@@ -203,7 +203,7 @@ def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
         assert "edited by an operator" in lab("cat", UNIT).stdout  # not overwritten
         assert show()["ActiveState"] != "active"  # nothing started from a changed original
     finally:
-        lab("sh", "-c", f"cp /tmp/unit.bak {UNIT} && systemctl daemon-reload")
+        lab("sh", "-c", f"cp /tmp/unit.bak {UNIT} && rm -f /tmp/unit.bak && systemctl daemon-reload")
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)

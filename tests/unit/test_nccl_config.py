@@ -144,3 +144,35 @@ def test_running_environment_names_workers_that_differ():
     doc = nccl_config.summary(sources(process_env={"NCCL_P2P_DISABLE": "0"}), running)
     assert doc["drift"] == [{"name": "NCCL_P2P_DISABLE", "declared": "0", "running": "1"}]
     assert nccl_config.running_environment("0", None, None) is None
+
+
+def test_read_sources_for_a_container_unit_image_env_below_env_file_below_dash_e():
+    recipe = {"runtime": "docker", "image": "lmsysorg/sglang@sha256:" + "b" * 64,
+              "env": {"NCCL_P2P_DISABLE": "1"}, "argv": [], "engine_command": []}
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, '["PATH=/usr/bin", "NCCL_CUMEM_ENABLE=0", "NCCL_P2P_DISABLE=0", "HF_TOKEN=hf_x"]', ""
+    sources, notes = nccl_config.read_sources(recipe, None, lambda path: None, run,
+                                              container_env_files={"/etc/nccl.env": "NCCL_ALGO=Ring\n"})
+    assert calls == [["docker", "image", "inspect", "--format", "{{json .Config.Env}}", recipe["image"]]]
+    config = nccl_config.effective(sources)
+    assert config["NCCL_P2P_DISABLE"]["source"] == "process-env"  # -e wins over the image's ENV
+    assert config["NCCL_P2P_DISABLE"]["overrides"] == [{"source": "image-env", "path": f"image {recipe['image']}",
+                                                         "value": "0"}]
+    assert config["NCCL_ALGO"]["value"] == "Ring" and config["NCCL_CUMEM_ENABLE"]["source"] == "image-env"
+    assert "HF_TOKEN" not in config  # only NCCL_* is ever kept
+    assert "host /etc/nccl.conf and ~/.nccl.conf are not visible inside the container" in notes
+
+
+def test_nccl_conf_file_replaces_the_users_nccl_conf():
+    files = {"/opt/tuning/nccl.conf": "NCCL_PROTO=LL\n", "/home/svc/.nccl.conf": "NCCL_PROTO=Simple\n",
+             "/etc/nccl.conf": "NCCL_PROTO=LL128\nNCCL_DEBUG=WARN\n"}
+    recipe = {"runtime": "process", "env": {"NCCL_CONF_FILE": "/opt/tuning/nccl.conf"}, "argv": ["/bin/true"],
+              "engine_command": ["/bin/true"]}
+    sources, _ = nccl_config.read_sources(recipe, "/home/svc", files.get, lambda argv: (1, "", "no"))
+    config = nccl_config.effective(sources)
+    assert config["NCCL_PROTO"]["path"] == "/opt/tuning/nccl.conf"  # ~/.nccl.conf is not read at all
+    assert [o["path"] for o in config["NCCL_PROTO"]["overrides"]] == ["/etc/nccl.conf"]
+    assert config["NCCL_DEBUG"]["source"] == "nccl-conf-system"
