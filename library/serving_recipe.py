@@ -110,7 +110,7 @@ from ansible.module_utils.unit_recipe import (
     render_sections,
     values,
 )
-from ansible.module_utils.unit_shapes import ShapeError, adopt
+from ansible.module_utils.unit_shapes import ShapeError, adopt, complete_facts
 
 SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
               "InvocationID", "NeedDaemonReload", "ExecMainPID")
@@ -271,7 +271,9 @@ def main():
         try:
             candidate_sections = apply_change(sections, recipe, params["change"], keep_identity=params["promote"])
             rendered = render_sections(candidate_sections)
-            difference = check_one_control(recipe, parse_recipe(parse_unit_text(rendered), env_texts))
+            candidate = parse_recipe(parse_unit_text(rendered), env_texts)
+            complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
+            difference = check_one_control(recipe, candidate)
         except RecipeError as exc:
             module.fail_json(msg=f"candidate refused: {exc}", **result)
         content = "".join(f"# {line}\n" for line in params["header"]) + rendered
@@ -283,6 +285,7 @@ def main():
         other_text, info = read(module, params["compare_path"], "candidate unit")
         try:
             other = parse_recipe(parse_unit_text(other_text), env_texts)
+            complete_facts(other, read_optional)
             result["comparison"] = {"file": info, "difference": check_one_control(recipe, other)}
         except RecipeError as exc:
             module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)

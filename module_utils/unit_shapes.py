@@ -172,6 +172,29 @@ def _config_facts(text):
     return facts
 
 
+def complete_facts(recipe, read_text):
+    """Fill the recipe's model, TP size and context from $VAR expansion (systemd's rules,
+    EnvironmentFile= over Environment=) and a --config file; returns (args, command, expanded
+    argv, image, config facts). Used for the original and, parsing it back, for the candidate."""
+    env = {**recipe["unit_env"], **recipe["env_file_env"]}  # systemd: EnvironmentFile= overrides Environment=
+    expanded = expand_vars(recipe["argv"], env)
+    _, _, image, command = split_runtime(expanded)
+    args, _ = engine_args(command)
+    config = {}
+    if isinstance(args.get("--config"), str):
+        config = _config_facts(read_text(args["--config"]) or "")
+    for field, flags in (("model", ("--model-path", "--model")), ("tp_size", ("--tp-size", "--tp",
+                                                                             "--tensor-parallel-size", "-tp")),
+                         ("context_length", ("--context-length", "--max-model-len"))):
+        current = recipe.get(field)
+        if current is None or str(current).startswith("$"):
+            recipe[field] = next((args[f] for f in flags if isinstance(args.get(f), str)), None) or config.get(field)
+    words = [w for w in command if not w.startswith("-")]
+    if recipe["model"] is None and len(words) > 2 and words[0].rsplit("/", 1)[-1] == "vllm" and words[1] == "serve":
+        recipe["model"] = words[2]
+    return args, command, expanded, image, config
+
+
 def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda user: None):
     """The recipe of a unit as systemd would run it, or ShapeError with the true reason.
 
@@ -215,27 +238,12 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         raise ShapeError(f"{unit_name} runs a wrapper script ({script}): its controls cannot be seen or changed "
                          "one at a time; put the engine command in ExecStart= and the control in the unit or an "
                          "EnvironmentFile")
-    env = {**recipe["unit_env"], **recipe["env_file_env"]}  # systemd: EnvironmentFile= overrides Environment=
-    expanded = expand_vars(recipe["argv"], env)
-    _, _, image, command = split_runtime(expanded)
-    args, _ = engine_args(command)
-    config = {}
-    if isinstance(args.get("--config"), str):
-        config = _config_facts(read_text(args["--config"]) or "")
+    args, command, expanded, image, config = complete_facts(recipe, read_text)
     flag = multi_node_flag(args) or (f"--nnodes {config['nnodes']} (in {args['--config']})"
                                      if config.get("nnodes", "1") not in ("1", "") else None)
     if flag:
         raise ShapeError(f"{unit_name} runs a multi-node engine ({flag}): a one-host swap cannot restore it; "
                          "multi-node rollouts are not supported")
-    for field, flags in (("model", ("--model-path", "--model")), ("tp_size", ("--tp-size", "--tp",
-                                                                             "--tensor-parallel-size", "-tp")),
-                         ("context_length", ("--context-length", "--max-model-len"))):
-        current = recipe.get(field)
-        if current is None or str(current).startswith("$"):
-            recipe[field] = next((args[f] for f in flags if isinstance(args.get(f), str)), None) or config.get(field)
-    words = [w for w in command if not w.startswith("-")]
-    if recipe["model"] is None and len(words) > 2 and words[0].rsplit("/", 1)[-1] == "vllm" and words[1] == "serve":
-        recipe["model"] = words[2]
     recipe["shape"] = {"template": specs.get("i") is not None, "instance": specs.get("i"), "specifiers": used,
                        "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image}
     recipe["sections"] = sections  # specifier-expanded: what a candidate is rendered from
