@@ -49,6 +49,12 @@ options:
       With C(change), write the rendered unit here (atomically, mode 0644) when it differs; the
       raw text never leaves the host (the result and --diff carry it with values redacted).
     type: path
+  copy_dir:
+    description: >-
+      Where the candidate's own copy of an EnvironmentFile goes when that file sets the changed
+      variable (a process unit): the copy has exactly that variable changed, the same owner and mode;
+      the original file is never touched. Without it, such a candidate is refused.
+    type: path
   header:
     description: Comment lines written at the top of the rendered unit.
     type: list
@@ -101,6 +107,7 @@ from ansible.module_utils.nccl_config import change_problem, read_sources, runni
 from ansible.module_utils.unit_recipe import (
     RecipeError,
     apply_change,
+    apply_change_with_files,
     check_one_control,
     inline_secrets,
     parse_recipe,
@@ -186,6 +193,24 @@ def nccl_configuration(module, recipe, sections, state):
     return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
+def write_copy(module, path, source, text, result):
+    """The candidate's own copy of an EnvironmentFile: same owner and mode as the original (it may
+    hold secrets; its content never leaves the host)."""
+    if read_optional(path) == text:
+        return
+    result["changed"] = True
+    if module.check_mode:
+        return
+    info = os.stat(source)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, info.st_mode & 0o7777)
+    os.chown(tmp, info.st_uid, info.st_gid)
+    os.replace(tmp, path)
+
+
 def write_unit(module, dest, content, result):
     """Write the rendered unit (the one renderer, render_sections) when it differs; the raw text
     never leaves the host: the result and --diff carry it redacted."""
@@ -218,6 +243,7 @@ def main():
             "require_digest": {"type": "bool", "default": True},
             "dest": {"type": "path"},
             "header": {"type": "list", "elements": "str", "default": []},
+            "copy_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -269,9 +295,15 @@ def main():
             if problem:
                 module.fail_json(msg=f"candidate refused: {problem}", **result)
         try:
-            candidate_sections = apply_change(sections, recipe, params["change"], keep_identity=params["promote"])
+            if params["copy_dir"]:
+                candidate_sections, copies = apply_change_with_files(sections, recipe, params["change"], env_texts,
+                                                                     params["copy_dir"], params["promote"])
+            else:
+                candidate_sections, copies = apply_change(sections, recipe, params["change"],
+                                                          keep_identity=params["promote"]), {}
             rendered = render_sections(candidate_sections)
-            candidate = parse_recipe(parse_unit_text(rendered), env_texts)
+            candidate = parse_recipe(parse_unit_text(rendered),
+                                     {**env_texts, **{path: text for path, (_, text) in copies.items()}})
             complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
             difference = check_one_control(recipe, candidate)
         except RecipeError as exc:
@@ -279,12 +311,22 @@ def main():
         content = "".join(f"# {line}\n" for line in params["header"]) + rendered
         result["candidate"] = {"difference": difference, "sha256": hashlib.sha256(content.encode()).hexdigest(),
                                "text_redacted": redact_unit_text(content)}
+        result["candidate"]["env_file_copies"] = [
+            {"path": path, "source": source, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+            for path, (source, text) in copies.items()]
         if params["dest"]:
+            for path, (source, text) in copies.items():
+                write_copy(module, path, source, text, result)
             write_unit(module, params["dest"], content, result)
     if params["compare_path"]:
         other_text, info = read(module, params["compare_path"], "candidate unit")
         try:
-            other = parse_recipe(parse_unit_text(other_text), env_texts)
+            other_sections = parse_unit_text(other_text)
+            other_texts = dict(env_texts)  # plus the candidate's own EnvironmentFile copies
+            for ref in values(other_sections, "Service", "EnvironmentFile"):
+                if ref.lstrip("-") not in other_texts and read_optional(ref.lstrip("-")) is not None:
+                    other_texts[ref.lstrip("-")] = read_optional(ref.lstrip("-"))
+            other = parse_recipe(other_sections, other_texts)
             complete_facts(other, read_optional)
             result["comparison"] = {"file": info, "difference": check_one_control(recipe, other)}
         except RecipeError as exc:

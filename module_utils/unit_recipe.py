@@ -583,7 +583,7 @@ def apply_change(sections, recipe, change, keep_identity=False):
             # systemd: EnvironmentFile= overrides Environment=, so the file decides the value.
             raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}), which "
                               f"overrides Environment={'' if not in_unit else ' (where it is also set)'}; the "
-                              "candidate cannot change it without its own copy of that file (not supported yet)")
+                              "candidate changes it in its own copy of that file (serving_recipe copy_dir)")
         if runtime != "process" and (name in recipe["env"] or not in_unit):
             head = _set_env_in_argv(head, image_index, name, value)
         else:
@@ -642,6 +642,47 @@ def apply_change(sections, recipe, change, keep_identity=False):
             new_items = [["Environment", line] for line in env_lines] + new_items
         out.append([section, new_items])
     return out
+
+
+def set_in_env_file(text, name, value):
+    """An EnvironmentFile's text with one variable set (or removed, value None); every other line
+    kept byte for byte. The last assignment wins, as systemd reads the file."""
+    lines = (text or "").splitlines(keepends=True)
+    index = None
+    for n, line in enumerate(lines):
+        key = line.strip().partition("=")[0].strip().removeprefix("export ").strip()
+        if "=" in line and not line.lstrip().startswith(("#", ";")) and key == name:
+            index = n
+    new = None if value is None else f"{name}={value}\n"
+    if index is None:
+        body = "".join(lines)
+        return body + ("\n" if body and not body.endswith("\n") else "") + (new or "")
+    return "".join(lines[:index] + ([new] if new else []) + lines[index + 1:])
+
+
+def apply_change_with_files(sections, recipe, change, env_texts, copy_dir, keep_identity=False):
+    """apply_change, and for an env control that an EnvironmentFile sets (a process unit), the
+    candidate's own copy of that file with exactly that variable changed, in copy_dir: the
+    candidate's EnvironmentFile= points there, the original file is never touched.
+    Returns (sections, {copy_path: (source_path, text)})."""
+    name = change.get("name")
+    runtime = split_runtime(split_command(values(sections, "Service", "ExecStart")[0])[1])[0]
+    if change.get("kind") != "env" or name not in recipe["env_file_env"] or runtime != "process" or keep_identity:
+        return apply_change(sections, recipe, change, keep_identity), {}
+    refs = values(sections, "Service", "EnvironmentFile")
+    holders = [r for r in refs if name in parse_env_file(env_texts.get(r.lstrip("-"), ""))]
+    source = holders[-1].lstrip("-")  # the last file that sets it decides (systemd reads them in order)
+    copy_path = f"{copy_dir.rstrip('/')}/{source.strip('/').replace('/', '_')}"
+    copies = {copy_path: (source, set_in_env_file(env_texts[source], name, change.get("value")))}
+    without = {**recipe, "env_file_env": {k: v for k, v in recipe["env_file_env"].items() if k != name},
+               "unit_env": {k: v for k, v in recipe["unit_env"].items() if k != name}}
+    keep = {"kind": "env", "name": name, "value": recipe["unit_env"].get(name)}  # Environment= left as it is
+    out = apply_change(sections, without, keep, keep_identity)  # renders the rest; the unit's own env as it is
+    swapped = []
+    for section, items in out:
+        swapped.append([section, [[k, (v[:1] if v.startswith("-") else "") + copy_path
+                                   if k == "EnvironmentFile" and v.lstrip("-") == source else v] for k, v in items]])
+    return swapped, copies
 
 
 def render_sections(sections):

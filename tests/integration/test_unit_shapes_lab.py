@@ -83,3 +83,51 @@ def test_refused_shapes_name_the_true_reason_before_any_change(unit_text, reason
     finally:
         lab("sh", "-c", "rm -rf /etc/systemd/system/shape-test.service /var/lib/serving-rollout/shape-test.service; "
                         "systemctl daemon-reload", check=False)
+
+
+EF_PORT = 30032
+EF_UNIT = f"""[Unit]
+Description=SGLang with its NCCL settings in an EnvironmentFile (engine double)
+
+[Service]
+EnvironmentFile=/etc/sglang-ef/nccl.env
+EnvironmentFile=/etc/sglang/engine-double.env
+ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 \\
+  --revision 2c9ba0a5b9c2d5c7b2a4e1f0a7d3c6e9b8f1a2d4 --tp-size 2 --context-length 32768 \\
+  --host 127.0.0.1 --port {EF_PORT} --api-key ${{SGLANG_API_KEY}}
+
+[Install]
+WantedBy=multi-user.target
+"""
+EF_ENV = "# shared NCCL settings\nNCCL_P2P_DISABLE=1\nNCCL_CUMEM_ENABLE=0\nSGLANG_API_KEY=ef-key-7c2d90\n"
+
+
+def test_a_control_held_in_an_environment_file_changes_in_the_candidates_own_copy():
+    lab("sh", "-c", "mkdir -p /etc/sglang-ef && cat > /etc/sglang-ef/nccl.env && chmod 640 /etc/sglang-ef/nccl.env",
+        stdin=EF_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-ef.service && systemctl daemon-reload && "
+                    "systemctl enable --now sglang-ef.service", stdin=EF_UNIT)
+    try:
+        before = lab("sha256sum", "/etc/systemd/system/sglang-ef.service", "/etc/sglang-ef/nccl.env").stdout
+        evidence = tempfile.mkdtemp(prefix="envfile-evidence-")
+        result = run_playbook("candidate.yml", {
+            "serving_recipe_unit": "sglang-ef.service", "rollout_engine_port": EF_PORT,
+            "rollout_gpu_process_pattern": f"engine_double.py .*--port {EF_PORT}", "rollout_evidence_dir": evidence,
+            "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
+            inventory="inventory/lab", local=False)
+        assert result.returncode == 0, result.stdout[-4000:]
+        # The original unit and its EnvironmentFile are byte for byte as they were; the copy is gone.
+        assert lab("sha256sum", "/etc/systemd/system/sglang-ef.service", "/etc/sglang-ef/nccl.env").stdout == before
+        copies = "/var/lib/serving-rollout/sglang-ef.service/candidate-env"
+        assert lab("test", "-e", copies, check=False).returncode == 1
+        run = next(__import__("pathlib").Path(evidence).rglob("rollout-*"))
+        recipes = json.loads((run / "recipes.json").read_text())
+        assert recipes["difference"] == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+        journal = json.loads((run / "journal-excerpts.json").read_text())
+        assert journal["candidate"]["nccl"]["p2p_in_effect"] and not journal["restored"]["nccl"]["p2p_in_effect"]
+        assert "ef-key-7c2d90" not in result.stdout + "".join(p.read_text(errors="replace")
+                                                               for p in run.iterdir() if p.suffix != ".png")
+    finally:
+        lab("sh", "-c", "systemctl disable --now sglang-ef.service; rm -rf /etc/systemd/system/sglang-ef.service "
+                        "/etc/sglang-ef /var/lib/serving-rollout/sglang-ef.service*; systemctl daemon-reload",
+            check=False)

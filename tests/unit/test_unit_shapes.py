@@ -167,3 +167,32 @@ def test_template_candidate_keeps_every_specifier_value_as_text():
     again = unit_shapes.adopt(name, f"/etc/systemd/system/{name}", {**FILES, f"/etc/systemd/system/{name}": text}.get)
     assert again["model"] == recipe["model"] == "mistralai/Mistral-Large" and again["tp_size"] == "8"
     assert unit_recipe.check_one_control(recipe, again)["control"] == "env:NCCL_P2P_DISABLE"
+
+
+def test_env_file_lines_set_or_removed_the_rest_byte_for_byte():
+    from ansible.module_utils import unit_recipe
+    text = "# tuned\nNCCL_P2P_DISABLE=1\nexport NCCL_ALGO='Ring'\nNCCL_P2P_DISABLE=1\n"
+    assert unit_recipe.set_in_env_file(text, "NCCL_P2P_DISABLE", "0") == \
+        "# tuned\nNCCL_P2P_DISABLE=1\nexport NCCL_ALGO='Ring'\nNCCL_P2P_DISABLE=0\n"  # the last one decides
+    assert unit_recipe.set_in_env_file(text, "NCCL_ALGO", None) == "# tuned\nNCCL_P2P_DISABLE=1\nNCCL_P2P_DISABLE=1\n"
+    assert unit_recipe.set_in_env_file("A=1", "B", "2") == "A=1\nB=2\n"
+
+
+def test_a_control_in_an_environment_file_changes_in_the_candidates_own_copy():
+    from ansible.module_utils import unit_recipe
+    unit = ("[Service]\nEnvironmentFile=/etc/nccl-shared.env\nEnvironmentFile=-/etc/sglang/absent.env\n"
+            f"ExecStart={SGLANG}\n")
+    recipe = adopt("sglang.service", unit)
+    change = {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
+    with pytest.raises(unit_recipe.RecipeError, match="own copy of that file"):
+        unit_recipe.apply_change(recipe["sections"], recipe, change)
+    sections, copies = unit_recipe.apply_change_with_files(recipe["sections"], recipe, change,
+                                                           recipe["env_file_texts"], "/var/lib/sr/c")
+    assert copies == {"/var/lib/sr/c/etc_nccl-shared.env": ("/etc/nccl-shared.env",
+                                                            "NCCL_P2P_DISABLE=0\nNCCL_CUMEM_ENABLE=0\n")}
+    text = unit_recipe.render_sections(sections)
+    copy = "/var/lib/sr/c/etc_nccl-shared.env"
+    assert f"EnvironmentFile={copy}" in text and "EnvironmentFile=-/etc/sglang/absent.env" in text
+    candidate = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(text), {copy: copies[copy][1]})
+    assert unit_recipe.check_one_control(recipe, candidate) == {"control": "env:NCCL_P2P_DISABLE", "before": "1",
+                                                                "after": "0"}
