@@ -167,19 +167,24 @@ def child_pids(pid):
     return found
 
 
+def home_of(user):
+    try:
+        import pwd
+        return pwd.getpwnam(user).pw_dir
+    except (KeyError, ImportError):
+        return None
+
+
 def nccl_configuration(module, recipe, sections, state):
     """Every source of NCCL settings for this unit, with precedence, and the running truth."""
     user = (values(sections, "Service", "User") or ["root"])[-1]
-    try:
-        import pwd
-        home = pwd.getpwnam(user).pw_dir
-    except (KeyError, ImportError):
-        home = None
+    home = home_of(user)
     env_files = {}
     for path in recipe["container_env_files"]:
         text = read_optional(path)
         if text is not None:
             env_files[path] = text
+
     def run(argv):
         # A missing runtime or interpreter is a note in the capture, never a module failure.
         if not (os.path.isabs(argv[0]) and os.access(argv[0], os.X_OK)) and not module.get_bin_path(argv[0]):
@@ -193,6 +198,19 @@ def nccl_configuration(module, recipe, sections, state):
     return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
+def write_atomic(path, text, mode, owner=None):
+    """Replace path with text in one step (a temporary file in the same folder, then rename)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, mode)
+    if owner:
+        os.chown(tmp, *owner)
+    os.replace(tmp, path)
+
+
 def write_copy(module, path, source, text, result):
     """The candidate's own copy of an EnvironmentFile: same owner and mode as the original (it may
     hold secrets; its content never leaves the host)."""
@@ -203,12 +221,7 @@ def write_copy(module, path, source, text, result):
         return
     info = os.stat(source)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, info.st_mode & 0o7777)
-    os.chown(tmp, info.st_uid, info.st_gid)
-    os.replace(tmp, path)
+    write_atomic(path, text, info.st_mode & 0o7777, (info.st_uid, info.st_gid))
 
 
 def write_unit(module, dest, content, result):
@@ -224,13 +237,7 @@ def write_unit(module, dest, content, result):
                           "before_header": dest, "after_header": dest}
     if module.check_mode:
         return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, dest)
+    write_atomic(dest, content, 0o644)
 
 
 def main():
@@ -249,31 +256,21 @@ def main():
     )
     params = module.params
     state = systemctl_show(module, params["unit"])
-    text, unit_file = read(module, state["FragmentPath"], "unit")
-    files = [unit_file]
-    dropins = []
-    for path in state.get("DropInPaths", "").split():
-        dropin_text, info = read(module, path, "drop-in")
-        dropins.append(dropin_text)
+    dropin_paths = state.get("DropInPaths", "").split()
+    texts, files = {}, []
+    for path, kind in [(state["FragmentPath"], "unit")] + [(p, "drop-in") for p in dropin_paths]:
+        texts[path], info = read(module, path, kind)
         files.append(info)
-
-    def home_of(user):
-        try:
-            import pwd
-            return pwd.getpwnam(user).pw_dir
-        except (KeyError, ImportError):
-            return None
-
+    text = texts[state["FragmentPath"]]
     try:
         # The unit as systemd runs it: specifiers expanded, $VAR facts, refusals with the true reason.
-        recipe = adopt(params["unit"], state["FragmentPath"], read_optional, state.get("DropInPaths", "").split(),
-                       home_of)
+        recipe = adopt(params["unit"], state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
+                       dropin_paths, home_of)
     except ShapeError as exc:
         module.fail_json(msg=f"{params['unit']} refused: {exc}")
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
     # and the EnvironmentFiles' contents, which never leave the module.
     sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")
-    recipe.pop("file_values")
     for path in env_texts:
         files.append(read(module, path, "EnvironmentFile")[1])
     result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,

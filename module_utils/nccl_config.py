@@ -17,6 +17,7 @@ Pure functions; the serving_recipe module does the reading.
 """
 
 import ast
+import json
 import re
 
 PRECEDENCE = ("python-hook", "process-env", "image-env", "python-default", "nccl-conf-user", "nccl-conf-system")
@@ -230,11 +231,9 @@ def read_sources(recipe, service_home, read_text, run, container_env_files=None)
             user_site = f"{service_home}/.local/lib" if service_home else None
             rc, out, err = run([interpreter, "-I", "-S", "-c", HOOK_PROBE] + ([user_site] if user_site else []))
             if rc == 0:
-                import json
                 probe = json.loads(out)
                 if user_site:
-                    probe["files"].update({p: t for p, t in _user_site_files(service_home, probe["version"],
-                                                                             read_text).items()})
+                    probe["files"].update(_user_site_files(service_home, probe["version"], read_text))
                 sources += hook_sources(probe["files"])
                 notes.append(f"start-up hooks of {interpreter} searched in {len(probe['dirs'])} directories")
             else:
@@ -245,7 +244,6 @@ def read_sources(recipe, service_home, read_text, run, container_env_files=None)
         image = recipe.get("image")
         rc, out, err = run([recipe["runtime"], "image", "inspect", "--format", "{{json .Config.Env}}", image])
         if rc == 0:
-            import json
             env = dict(item.partition("=")[::2] for item in (json.loads(out or "null") or []))
             sources.append({"source": "image-env", "path": f"image {image}", "values": nccl_only(env)})
         else:

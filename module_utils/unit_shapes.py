@@ -13,11 +13,11 @@ Pure functions; the serving_recipe module reads the files.
 
 import re
 
+from ansible.module_utils.nccl_config import PYTHON_RE
 from ansible.module_utils.unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
     RecipeError,
     engine_args,
     merge_dropins,
-    parse_env_file,
     parse_recipe,
     parse_unit_text,
     rename_container,
@@ -27,7 +27,6 @@ from ansible.module_utils.unit_recipe import (  # noqa: F401  (rename_container:
 
 SPECIFIER_RE = re.compile(r"%(.)")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-PYTHON_RE = re.compile(r"(^|/)python[0-9.]*$")
 RUNTIMES = ("docker", "podman")
 ENGINE_SCRIPTS = ("sglang", "vllm", "python", "engine_double")
 SHELLS = ("sh", "bash", "dash", "zsh")
@@ -248,5 +247,4 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
                        "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image}
     recipe["sections"] = sections  # specifier-expanded: what a candidate is rendered from
     recipe["env_file_texts"] = env_texts  # never returned by a module
-    recipe["file_values"] = {path: parse_env_file(t) for path, t in env_texts.items()}
     return recipe
