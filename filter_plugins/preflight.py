@@ -23,7 +23,8 @@ def preflight_checks(facts, expected, require_nvml=True):
 
     facts: unit (systemctl show status), health_status (HTTP code), server_info (engine's
     /server_info), recipe (serving_recipe), nvml (nvml_info), journal (journal_scan),
-    gpu_processes (gpu_free, each with its systemd unit). expected: the inventory's pins.
+    gpu_processes (gpu_free, each with its systemd unit), container_id (optional: the unit's
+    container, whose scope holds its processes). expected: the inventory's pins.
     """
     if not isinstance(facts, dict) or any(k not in facts for k in REQUIRED_FACTS):
         missing = [k for k in REQUIRED_FACTS if not isinstance(facts, dict) or k not in facts]
@@ -83,9 +84,11 @@ def preflight_checks(facts, expected, require_nvml=True):
                           bool(versions) and (pinned is None or versions == [str(pinned)])))
 
     unit_name = unit.get("Id") or unit.get("Names")
-    container = recipe.get("container_name") or ""
+    # A container's processes run in the runtime's scope (libpod-<id>.scope, docker-<id>.scope),
+    # outside the unit's cgroup: they are the unit's own when the scope names its container.
+    own_scopes = [s for s in (recipe.get("container_name"), facts.get("container_id")) if s]
     foreign = [p for p in facts["gpu_processes"]
-               if p.get("unit") != unit_name and not (container and container in str(p.get("unit", "")))]
+               if p.get("unit") != unit_name and not any(s in str(p.get("unit", "")) for s in own_scopes)]
     checks.append(_record("no foreign compute processes on the GPUs", foreign, [], not foreign))
 
     errors = facts["journal"].get("errors") or []

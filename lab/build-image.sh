@@ -4,7 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
-image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm-ssh}
+image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm-ssh-podman}
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 if podman image exists "$image"; then
@@ -21,7 +21,26 @@ for unit in getty.target systemd-udevd.service systemd-udev-trigger.service \
             systemd-journald-audit.socket; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-tar -C "$root" -c . | podman import --quiet \
-  --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >/dev/null
+# Podman inside the lab host runs the container-unit shape for real. runc, not crun (this
+# machine's hybrid cgroups), fixed ulimits (raising them is denied), and the host's cgroup tree
+# mounted read-only: nested runc cannot mount a fresh cgroup filesystem inside this container.
+mkdir -p "$root/etc/containers"
+cat > "$root/etc/containers/containers.conf" <<'CONF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+volumes = ["/sys/fs/cgroup:/sys/fs/cgroup:ro"]
+
+[engine]
+runtime = "runc"
+CONF
+rm -rf "$root"/var/cache/apt/archives/*.deb
+tar -C "$root" -c . | podman import --quiet - "$image-base" >/dev/null
+# podman and runc by apt in a container: debootstrap cannot configure containers-common itself.
+builder="serving-rollout-lab-build-$$"
+podman rm -f "$builder" >/dev/null 2>&1 || true
+podman run --name "$builder" "$image-base" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq podman runc >/dev/null && rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*'
+podman commit --quiet --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$builder" "$image" >/dev/null
+podman rm -f "$builder" >/dev/null
+podman rmi "$image-base" >/dev/null
 echo "lab image $image built"

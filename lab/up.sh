@@ -3,12 +3,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
-image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm-ssh}
+image=${LAB_IMAGE:-localhost/serving-rollout-lab:bookworm-ssh-podman}
 port=${LAB_SSH_PORT:-2222}
 key="$here/.ssh/id_ed25519"
 name=${LAB_CONTAINER:-serving-lab-gpu-1}
 
 "$here/build-image.sh"
+# --privileged: podman inside the lab host runs container units (nested containers need it).
 # The controller reaches the lab host over SSH on loopback, as it reaches real hosts.
 if [ ! -f "$key" ]; then
   mkdir -p "$here/.ssh" && chmod 700 "$here/.ssh"
@@ -24,7 +25,7 @@ fi
 if [ "$running" != "true $image" ]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
   echo "starting lab host $name (ssh on 127.0.0.1:$port)"
-  podman run -d --name "$name" --hostname "$name" --systemd=always -p "127.0.0.1:$port:22" \
+  podman run -d --name "$name" --hostname "$name" --systemd=always --privileged -p "127.0.0.1:$port:22" \
     "$image" /sbin/init >/dev/null
 fi
 for _ in $(seq 1 60); do

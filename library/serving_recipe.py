@@ -179,11 +179,6 @@ def nccl_configuration(module, recipe, sections, state):
     """Every source of NCCL settings for this unit, with precedence, and the running truth."""
     user = (values(sections, "Service", "User") or ["root"])[-1]
     home = home_of(user)
-    env_files = {}
-    for path in recipe["container_env_files"]:
-        text = read_optional(path)
-        if text is not None:
-            env_files[path] = text
 
     def run(argv):
         # A missing runtime or interpreter is a note in the capture, never a module failure.
@@ -191,7 +186,7 @@ def nccl_configuration(module, recipe, sections, state):
             return 127, "", f"{argv[0]} not found"
         return module.run_command(argv)
 
-    sources, notes = read_sources(recipe, home, read_optional, run, container_env_files=env_files)
+    sources, notes = read_sources(recipe, home, read_optional, run)
     running = None
     if recipe["runtime"] == "process" and state.get("ActiveState") == "active":
         running = running_environment(state.get("ExecMainPID"), read_bytes, child_pids)
@@ -319,10 +314,11 @@ def main():
         other_text, info = read(module, params["compare_path"], "candidate unit")
         try:
             other_sections = parse_unit_text(other_text)
-            other_texts = dict(env_texts)  # plus the candidate's own EnvironmentFile copies
-            for ref in values(other_sections, "Service", "EnvironmentFile"):
-                if ref.lstrip("-") not in other_texts and read_optional(ref.lstrip("-")) is not None:
-                    other_texts[ref.lstrip("-")] = read_optional(ref.lstrip("-"))
+            other_texts = dict(env_texts)  # plus the candidate's own copies (EnvironmentFile=, --env-file)
+            for path in parse_recipe(other_sections)["env_files"]:
+                text = other_texts.get(path) or read_optional(path)
+                if text is not None:
+                    other_texts[path] = text
             other = parse_recipe(other_sections, other_texts)
             complete_facts(other, read_optional)
             result["comparison"] = {"file": info, "difference": check_one_control(recipe, other)}

@@ -208,11 +208,11 @@ def serving_interpreter(argv, read_text):
     return None
 
 
-def read_sources(recipe, service_home, read_text, run, container_env_files=None):
+def read_sources(recipe, service_home, read_text, run):
     """Every NCCL configuration source of a parsed unit, highest precedence first, and notes.
 
-    read_text(path) -> str or None; run(argv) -> (rc, stdout, stderr).
-    container_env_files: {path: text} of a container unit's --env-file files.
+    read_text(path) -> str or None; run(argv) -> (rc, stdout, stderr). A container's env
+    (recipe["env"]) is its --env-file files with -e over them, as parse_recipe reads them.
     """
     sources, notes = [], []
     process_env = {}
@@ -220,9 +220,7 @@ def read_sources(recipe, service_home, read_text, run, container_env_files=None)
         process_env = nccl_only(recipe["env"])
         path = "unit Environment=/EnvironmentFile="
     else:
-        for text in (container_env_files or {}).values():
-            process_env.update(parse_nccl_conf(text))
-        process_env.update(nccl_only(recipe["env"]))  # -e wins over --env-file
+        process_env = nccl_only(recipe["env"])
         path = f"{recipe['runtime']} run -e/--env-file"
     interpreter = None
     if recipe["runtime"] == "process":

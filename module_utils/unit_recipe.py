@@ -272,12 +272,13 @@ def parse_recipe(sections, env_files=None):
     env_file_paths = [v.lstrip("-") for v in values(sections, "Service", "EnvironmentFile")]
     for path in env_file_paths:
         file_env.update(parse_env_file((env_files or {}).get(path, "")))
-    container_env, container_env_files, name, gpus_opt = {}, [], None, None
-    inline_env = set()
+    container_env_files, name, gpus_opt = [], None, None
+    inline_env, flag_env = set(), {}
     for opt, val in runtime_options(opts):
         if opt in ("-e", "--env"):
             key, sep, v = str(val).partition("=")
-            container_env[key] = v if sep else (unit_env.get(key) or file_env.get(key, ""))
+            # systemd: EnvironmentFile= overrides Environment=, for a pass-through `-e NAME` too.
+            flag_env[key] = v if sep else ({**unit_env, **file_env}.get(key, ""))
             if sep:
                 inline_env.add(key)
         elif opt == "--env-file":
@@ -286,6 +287,11 @@ def parse_recipe(sections, env_files=None):
             name = val
         elif opt == "--gpus":
             gpus_opt = val
+    # docker and podman: --env-file files in order, then -e over them.
+    container_file_env = {}
+    for path in container_env_files:
+        container_file_env.update(parse_env_file((env_files or {}).get(path, "")))
+    container_env = {**container_file_env, **flag_env}
     args, positional = engine_args(command)
     # The engine sees the container's env for a container, the unit's for a process.
     env = container_env if runtime != "process" else {**unit_env, **file_env}
@@ -304,6 +310,8 @@ def parse_recipe(sections, env_files=None):
         "env_file_env": file_env,
         "env_files": env_file_paths + container_env_files,
         "container_env_files": container_env_files,
+        "container_env_file_env": container_file_env,
+        "container_flag_env": sorted(flag_env),
         "container_inline_env": sorted(inline_env),
         "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
     }
@@ -660,28 +668,58 @@ def set_in_env_file(text, name, value):
     return "".join(lines[:index] + ([new] if new else []) + lines[index + 1:])
 
 
+def _env_file_holder(sections, recipe, name, env_texts):
+    """(source path, 'unit' or 'container') of the file whose value of `name` the engine sees, or
+    None when the unit itself decides it: for a process, the last EnvironmentFile= that sets it
+    (systemd reads them in order and they override Environment=); for a container, the last
+    --env-file that sets it when no -e names it (-e overrides --env-file)."""
+    argv = split_command(values(sections, "Service", "ExecStart")[0])[1]
+    if split_runtime(argv)[0] == "process":
+        if name not in recipe["env_file_env"]:
+            return None
+        refs = [r.lstrip("-") for r in values(sections, "Service", "EnvironmentFile")]
+        return [r for r in refs if name in parse_env_file(env_texts.get(r, ""))][-1], "unit"
+    if name in recipe.get("container_flag_env", ()) or name not in recipe.get("container_env_file_env", {}):
+        return None
+    refs = recipe["container_env_files"]
+    return [r for r in refs if name in parse_env_file(env_texts.get(r, ""))][-1], "container"
+
+
+def _point_env_file(argv, source, copy_path):
+    """A docker/podman argv whose `--env-file source` reads copy_path instead."""
+    return [copy_path if i > 0 and argv[i - 1] == "--env-file" and word == source else
+            f"--env-file={copy_path}" if word == f"--env-file={source}" else word for i, word in enumerate(argv)]
+
+
 def apply_change_with_files(sections, recipe, change, env_texts, copy_dir, keep_identity=False):
-    """apply_change, and for an env control that an EnvironmentFile sets (a process unit), the
-    candidate's own copy of that file with exactly that variable changed, in copy_dir: the
-    candidate's EnvironmentFile= points there, the original file is never touched.
-    Returns (sections, {copy_path: (source_path, text)})."""
+    """apply_change, and for an env control that a file sets (an EnvironmentFile of a process unit,
+    an --env-file of a container), the candidate's own copy of that file with exactly that variable
+    changed, in copy_dir: the candidate's EnvironmentFile= or --env-file points there, the original
+    file is never touched. Returns (sections, {copy_path: (source_path, text)})."""
     name = change.get("name")
-    runtime = split_runtime(split_command(values(sections, "Service", "ExecStart")[0])[1])[0]
-    if change.get("kind") != "env" or name not in recipe["env_file_env"] or runtime != "process" or keep_identity:
+    holder = None if change.get("kind") != "env" or keep_identity else \
+        _env_file_holder(sections, recipe, name, env_texts)
+    if holder is None:
         return apply_change(sections, recipe, change, keep_identity), {}
-    refs = values(sections, "Service", "EnvironmentFile")
-    holders = [r for r in refs if name in parse_env_file(env_texts.get(r.lstrip("-"), ""))]
-    source = holders[-1].lstrip("-")  # the last file that sets it decides (systemd reads them in order)
+    source, kind = holder
     copy_path = f"{copy_dir.rstrip('/')}/{source.strip('/').replace('/', '_')}"
     copies = {copy_path: (source, set_in_env_file(env_texts[source], name, change.get("value")))}
     without = {**recipe, "env_file_env": {k: v for k, v in recipe["env_file_env"].items() if k != name},
-               "unit_env": {k: v for k, v in recipe["unit_env"].items() if k != name}}
+               "unit_env": {k: v for k, v in recipe["unit_env"].items() if k != name},
+               "env": {k: v for k, v in recipe["env"].items() if k != name}}
     keep = {"kind": "env", "name": name, "value": recipe["unit_env"].get(name)}  # Environment= left as it is
     out = apply_change(sections, without, keep, keep_identity)  # renders the rest; the unit's own env as it is
     swapped = []
     for section, items in out:
-        swapped.append([section, [[k, (v[:1] if v.startswith("-") else "") + copy_path
-                                   if k == "EnvironmentFile" and v.lstrip("-") == source else v] for k, v in items]])
+        new_items = []
+        for key, val in items:
+            if kind == "unit" and key == "EnvironmentFile" and val.lstrip("-") == source:
+                val = (val[:1] if val.startswith("-") else "") + copy_path
+            elif kind == "container" and key == "ExecStart":
+                line_prefix, words = split_command(val)
+                val = join_command(_point_env_file(words, source, copy_path), line_prefix)
+            new_items.append([key, val])
+        swapped.append([section, new_items])
     return swapped, copies
 
 

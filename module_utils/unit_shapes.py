@@ -230,6 +230,14 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         env_texts[path] = content
     try:
         recipe = parse_recipe(sections, env_texts)
+        # A container's --env-file files are its environment: read them, then parse again.
+        for path in recipe["container_env_files"]:
+            content = read_text(path)
+            if content is None:
+                raise ShapeError(f"--env-file {path} (from {unit_name}) cannot be read")
+            env_texts[path] = content
+        if recipe["container_env_files"]:
+            recipe = parse_recipe(sections, env_texts)
     except RecipeError as exc:
         raise ShapeError(f"cannot read {unit_name} as a serving unit: {exc}") from exc
     script = wrapper_script(recipe["argv"], read_text)

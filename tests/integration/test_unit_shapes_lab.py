@@ -131,3 +131,83 @@ def test_a_control_held_in_an_environment_file_changes_in_the_candidates_own_cop
         lab("sh", "-c", "systemctl disable --now sglang-ef.service; rm -rf /etc/systemd/system/sglang-ef.service "
                         "/etc/sglang-ef /var/lib/serving-rollout/sglang-ef.service*; systemctl daemon-reload",
             check=False)
+
+
+CTR_PORT = 30033
+CTR_IMAGE = "localhost/engine-double:lab"
+CTR_NCCL_ENV = "# NCCL settings the container reads (--env-file)\nNCCL_P2P_DISABLE=1\nNCCL_CUMEM_ENABLE=0\n"
+
+
+def container_unit(digest):
+    # The shape of public docker/podman serving units: remove a leftover container first, run in the
+    # foreground with --rm, settings in --env-file, the secret passed through from an EnvironmentFile,
+    # stop by name. Real podman (runc) inside the lab host; the engine is the double, in an image
+    # built on the lab host from its own root and pinned by digest.
+    return f"""[Unit]
+Description=SGLang in a podman container (engine double)
+
+[Service]
+EnvironmentFile=/etc/sglang/sglang.env
+ExecStartPre=-/usr/bin/podman rm -f sglang-ctr
+ExecStart=/usr/bin/podman run --rm --name sglang-ctr --network host --env-file /etc/sglang-ctr/nccl.env \\
+  --env-file /etc/sglang/engine-double.env -e SGLANG_API_KEY {CTR_IMAGE.split(':')[0]}@{digest} \\
+  python3 /opt/engine-double/engine_double.py --model-path Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 \\
+  --revision 2c9ba0a5b9c2d5c7b2a4e1f0a7d3c6e9b8f1a2d4 --tp-size 2 --context-length 32768 \\
+  --host 127.0.0.1 --port {CTR_PORT} --api-key ${{SGLANG_API_KEY}}
+ExecStop=/usr/bin/podman stop -t 20 sglang-ctr
+TimeoutStopSec=40
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@pytest.fixture
+def podman_unit():
+    # The image: the lab host's own Python and the double, with an NCCL setting in its ENV.
+    lab("sh", "-c", f"podman rmi -f {CTR_IMAGE} >/dev/null 2>&1; tar -C / -c --exclude=usr/share/doc "
+                    "--exclude=usr/share/man --exclude=usr/share/locale --exclude=usr/lib/podman "
+                    "usr etc bin sbin lib lib64 opt/engine-double 2>/dev/null "
+                    f"| podman import --quiet --change 'ENV NCCL_IB_DISABLE=1' - {CTR_IMAGE}")
+    digest = lab("podman", "image", "inspect", "--format", "{{.Digest}}", CTR_IMAGE).stdout.strip()
+    lab("sh", "-c", "mkdir -p /etc/sglang-ctr && cat > /etc/sglang-ctr/nccl.env", stdin=CTR_NCCL_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-ctr.service && systemctl daemon-reload && "
+                    "systemctl enable --now sglang-ctr.service", stdin=container_unit(digest))
+    yield digest
+    lab("sh", "-c", "systemctl disable --now sglang-ctr.service; podman rm -f sglang-ctr sglang-ctr-candidate; "
+                    "rm -rf /etc/systemd/system/sglang-ctr.service /etc/sglang-ctr "
+                    f"/var/lib/serving-rollout/sglang-ctr.service*; systemctl daemon-reload; podman rmi -f {CTR_IMAGE}",
+        check=False)
+
+
+def test_a_podman_container_unit_rolls_out_and_restores_the_same_container(podman_unit):
+    files = ["/etc/systemd/system/sglang-ctr.service", "/etc/sglang-ctr/nccl.env"]
+    before = lab("sha256sum", *files).stdout
+    evidence = tempfile.mkdtemp(prefix="container-evidence-")
+    result = run_playbook("candidate.yml", {
+        "serving_recipe_unit": "sglang-ctr.service", "rollout_engine_port": CTR_PORT,
+        "rollout_gpu_process_pattern": f"engine_double.py .*--port {CTR_PORT}", "rollout_evidence_dir": evidence,
+        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
+        inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-4000:]
+    # Restored byte for byte, the same container name on the same image digest, no candidate left.
+    assert lab("sha256sum", *files).stdout == before
+    state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang-ctr.service").stdout
+    assert "ActiveState=active" in state and "NRestarts=0" in state
+    inspect = lab("podman", "inspect", "--format", "{{.Name}} {{.Config.Image}}", "sglang-ctr").stdout.split()
+    assert inspect == ["sglang-ctr", f"{CTR_IMAGE.split(':')[0]}@{podman_unit}"]
+    assert lab("podman", "container", "exists", "sglang-ctr-candidate", check=False).returncode == 1
+    assert lab("test", "-e", "/var/lib/serving-rollout/sglang-ctr.service/candidate-env", check=False).returncode == 1
+    run = next(__import__("pathlib").Path(evidence).rglob("rollout-*"))
+    recipes = json.loads((run / "recipes.json").read_text())
+    assert recipes["difference"] == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+    original = recipes["original"]
+    assert original["runtime"] == "podman" and original["image_digest"] == podman_unit
+    # The image's ENV and the --env-file are both NCCL sources the recipe shows.
+    sources = {s["source"]: s["values"] for s in original["nccl_config"]["sources"]}
+    assert sources["image-env"] == {"NCCL_IB_DISABLE": "1"}
+    assert sources["process-env"]["NCCL_P2P_DISABLE"] == "1"
+    journal = json.loads((run / "journal-excerpts.json").read_text())
+    assert journal["candidate"]["nccl"]["p2p_in_effect"] and not journal["restored"]["nccl"]["p2p_in_effect"]
+    assert "lab-secret-6f1d0c9e2b7a4e58" not in result.stdout + "".join(
+        p.read_text(errors="replace") for p in run.iterdir() if p.suffix != ".png")

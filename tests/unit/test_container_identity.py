@@ -32,7 +32,7 @@ def lab_image_digest():
     if not shutil.which("podman"):
         pytest.fail("podman is missing: bin/setup installs it")
     digests = podman("images", "--digests", "--format", "{{.Tag}} {{.Digest}}", IMAGE).splitlines()
-    found = [line.split()[1] for line in digests if line.split()[0] == "bookworm-ssh"]
+    found = [line.split()[1] for line in digests if line.split()[0] == "bookworm-ssh-podman"]
     assert found, digests
     return found[0]
 
@@ -56,18 +56,18 @@ def test_container_started_by_digest_passes(lab_image_digest):
 
 
 def test_container_started_by_tag_passes_against_the_same_tag(lab_image_digest):
-    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh")
-    assert container_identity_problems(line, name, f"{IMAGE}:bookworm-ssh") == []
-    assert container_identity_problems(line, name, "serving-rollout-lab:bookworm-ssh") == []
+    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh-podman")
+    assert container_identity_problems(line, name, f"{IMAGE}:bookworm-ssh-podman") == []
+    assert container_identity_problems(line, name, "serving-rollout-lab:bookworm-ssh-podman") == []
     assert container_identity_problems(line, name, f"{IMAGE}:bookworm")[0].startswith(
-        f"container runs {IMAGE}:bookworm-ssh (image ")
+        f"container runs {IMAGE}:bookworm-ssh-podman (image ")
 
 
 def test_wrong_name_or_image_by_tag_is_named(lab_image_digest):
-    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh")
+    name, line = inspect_as_prove_does(f"{IMAGE}:bookworm-ssh-podman")
     problems = container_identity_problems(line, "sglang", f"{IMAGE}@{lab_image_digest}")
     assert problems[0] == f"container is named {name}, expected sglang"
-    assert problems[1].startswith(f"container runs {IMAGE}:bookworm-ssh (image ")
+    assert problems[1].startswith(f"container runs {IMAGE}:bookworm-ssh-podman (image ")
 
 
 def test_docker_style_name_and_bad_input():

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 from ansible.module_utils import nccl_config
+from ansible.module_utils.unit_recipe import parse_recipe, parse_unit_text
 
 # The handoff persisted its tuning in the interpreter's sitecustomize.py, like this.
 HANDOFF_SITECUSTOMIZE = '''
@@ -147,15 +148,16 @@ def test_running_environment_names_workers_that_differ():
 
 
 def test_read_sources_for_a_container_unit_image_env_below_env_file_below_dash_e():
-    recipe = {"runtime": "docker", "image": "lmsysorg/sglang@sha256:" + "b" * 64,
-              "env": {"NCCL_P2P_DISABLE": "1"}, "argv": [], "engine_command": []}
+    image = "lmsysorg/sglang@sha256:" + "b" * 64
+    unit = (f"[Service]\nExecStart=/usr/bin/docker run --rm --name sg --env-file /etc/nccl.env "
+            f"-e NCCL_P2P_DISABLE=1 {image} python3 -m sglang.launch_server --tp-size 2\n")
+    recipe = parse_recipe(parse_unit_text(unit), {"/etc/nccl.env": "NCCL_ALGO=Ring\nNCCL_P2P_DISABLE=0\n"})
     calls = []
 
     def run(argv):
         calls.append(argv)
         return 0, '["PATH=/usr/bin", "NCCL_CUMEM_ENABLE=0", "NCCL_P2P_DISABLE=0", "HF_TOKEN=hf_x"]', ""
-    sources, notes = nccl_config.read_sources(recipe, None, lambda path: None, run,
-                                              container_env_files={"/etc/nccl.env": "NCCL_ALGO=Ring\n"})
+    sources, notes = nccl_config.read_sources(recipe, None, lambda path: None, run)
     assert calls == [["docker", "image", "inspect", "--format", "{{json .Config.Env}}", recipe["image"]]]
     config = nccl_config.effective(sources)
     assert config["NCCL_P2P_DISABLE"]["source"] == "process-env"  # -e wins over the image's ENV

@@ -60,6 +60,17 @@ def test_each_check_fails_alone_with_observed_and_expected(change, check):
     assert failed[0]["observed"] is not None or check == "health OK"
 
 
+def test_a_containers_processes_in_the_runtimes_scope_are_the_units_own():
+    scope = "libpod-5eb8c49127379f3fb485dce46b1d1b3a4ffb4ccc89655099dcc18fe64e45b0d4.scope"
+    processes = [{"pid": 10, "unit": "sglang-ctr.service"}, {"pid": 11, "unit": scope}]
+    recipe = {"model": "org/model", "gpus": "0,1", "container_name": "sglang-ctr"}
+    own = facts(gpu_processes=processes, recipe=recipe, container_id=scope[7:-6])
+    assert verdicts(preflight_checks(own, EXPECTED))["no foreign compute processes on the GPUs"] == "pass"
+    other = facts(gpu_processes=processes, recipe=recipe, container_id="0" * 64)
+    check = next(c for c in preflight_checks(other, EXPECTED) if c["check"].startswith("no foreign"))
+    assert check["verdict"] == "fail" and check["observed"] == [processes[1]]
+
+
 def test_power_limit_and_thermal_events():
     nvml = copy.deepcopy(NVML)
     nvml["gpus"][1]["power_or_thermal_events"] = ["SwPowerCap"]

@@ -196,3 +196,50 @@ def test_a_control_in_an_environment_file_changes_in_the_candidates_own_copy():
     candidate = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(text), {copy: copies[copy][1]})
     assert unit_recipe.check_one_control(recipe, candidate) == {"control": "env:NCCL_P2P_DISABLE", "before": "1",
                                                                 "after": "0"}
+
+
+PODMAN_ENV_FILE = (f"[Service]\nEnvironmentFile=/etc/sglang/mistral.env\nExecStartPre=-/usr/bin/podman rm -f s\n"
+                   f"ExecStart=/usr/bin/podman run --rm --name s --env-file /etc/nccl-shared.env -e MODEL {IMAGE} "
+                   "python3 -m sglang.launch_server --model-path m --tp 2\nExecStop=/usr/bin/podman stop -t 30 s\n")
+
+
+def test_a_container_reads_its_env_files_below_dash_e():
+    recipe = adopt("sglang-podman.service", PODMAN_ENV_FILE)
+    assert recipe["env"] == {"NCCL_P2P_DISABLE": "1", "NCCL_CUMEM_ENABLE": "0", "MODEL": "mistralai/Mistral-Large"}
+    assert recipe["container_env_file_env"] == {"NCCL_P2P_DISABLE": "1", "NCCL_CUMEM_ENABLE": "0"}
+    assert set(recipe["env_file_texts"]) == {"/etc/sglang/mistral.env", "/etc/nccl-shared.env"}
+    inline = adopt("s.service", PODMAN_ENV_FILE.replace("-e MODEL", "-e NCCL_P2P_DISABLE=0"))
+    assert inline["env"]["NCCL_P2P_DISABLE"] == "0"  # -e overrides --env-file, whatever the order
+
+
+def test_a_control_in_a_containers_env_file_changes_in_the_candidates_own_copy():
+    from ansible.module_utils import unit_recipe
+    recipe = adopt("sglang-podman.service", PODMAN_ENV_FILE)
+    change = {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
+    sections, copies = unit_recipe.apply_change_with_files(recipe["sections"], recipe, change,
+                                                           recipe["env_file_texts"], "/var/lib/sr/c")
+    copy = "/var/lib/sr/c/etc_nccl-shared.env"
+    assert copies == {copy: ("/etc/nccl-shared.env", "NCCL_P2P_DISABLE=0\nNCCL_CUMEM_ENABLE=0\n")}
+    service = dict((k, v) for name, items in sections if name == "Service" for k, v in items)
+    assert f"--env-file {copy}" in service["ExecStart"] and "/etc/nccl-shared.env" not in service["ExecStart"]
+    assert "-e MODEL" in service["ExecStart"] and "NCCL_P2P_DISABLE" not in service["ExecStart"]
+    assert service["ExecStop"].endswith("stop -t 30 s-candidate") and service["ExecStartPre"].endswith("s-candidate")
+    candidate = unit_recipe.parse_recipe(sections, {**recipe["env_file_texts"], copy: copies[copy][1]})
+    assert unit_recipe.check_one_control(recipe, candidate) == {"control": "env:NCCL_P2P_DISABLE", "before": "1",
+                                                                "after": "0"}
+
+
+def test_a_dash_e_control_changes_in_the_unit_even_when_an_env_file_also_sets_it():
+    from ansible.module_utils import unit_recipe
+    recipe = adopt("s.service", PODMAN_ENV_FILE.replace("-e MODEL", "-e NCCL_P2P_DISABLE=1"))
+    sections, copies = unit_recipe.apply_change_with_files(
+        recipe["sections"], recipe, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"},
+        recipe["env_file_texts"], "/var/lib/sr/c")
+    assert copies == {}
+    exec_start = dict(next(items for name, items in sections if name == "Service"))["ExecStart"]
+    assert "-e NCCL_P2P_DISABLE=0" in exec_start and "--env-file /etc/nccl-shared.env" in exec_start
+
+
+def test_an_unreadable_env_file_of_a_container_is_refused_by_name():
+    with pytest.raises(unit_shapes.ShapeError, match="--env-file /etc/absent.env .* cannot be read"):
+        adopt("s.service", PODMAN_ENV_FILE.replace("/etc/nccl-shared.env", "/etc/absent.env"))
