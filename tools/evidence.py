@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_model  # noqa: E402  (pure: the same arithmetic the peer-path check uses)
+import fleet  # noqa: E402  (the lock and the atomic writer of index.json)
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
@@ -311,13 +313,14 @@ def finalize(run):
     plot(run, run / "cells.png")
     (run / "result-card.md").write_text(render_card(run))
     (run / MANIFEST).write_text(json.dumps(build_manifest(run), indent=2, sort_keys=True) + "\n")
-    index_path = run.parent.parent / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}
-    index["runs"] = [r for r in index["runs"] if r["path"] != str(run.relative_to(run.parent.parent))]
-    index["runs"].append({"path": str(run.relative_to(run.parent.parent)), "run_id": decision["run_id"],
-                          "host": decision["host"], "candidate_id": decision["candidate_id"],
-                          "verdict": decision["verdict"]})
-    index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    with fleet.locked(run.parent.parent):  # hosts of one batch finish in parallel
+        index_path = run.parent.parent / "index.json"
+        index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}
+        index["runs"] = [r for r in index["runs"] if r["path"] != str(run.relative_to(run.parent.parent))]
+        index["runs"].append({"path": str(run.relative_to(run.parent.parent)), "run_id": decision["run_id"],
+                              "host": decision["host"], "candidate_id": decision["candidate_id"],
+                              "verdict": decision["verdict"]})
+        fleet.write_json(index_path, index)
     return decision
 
 

@@ -1,0 +1,217 @@
+"""serving-rollout: run the playbooks through ansible-runner, show what an operator needs.
+
+  serving-rollout run candidate-p2p -i INVENTORY [--canary N] [--batch-size N] [-e K=V|JSON|@FILE]...
+  serving-rollout rollback -i INVENTORY [-e ...]
+  serving-rollout capture -i INVENTORY [-e ...]
+  serving-rollout status [--evidence DIR]
+
+Progress lines come from runner events (host, phase, cell, outcome), not the raw task stream;
+runner's artifacts go to <evidence>/runner/<kind>-<run_id>/ and the structured result to
+<evidence>/runner/<kind>-<run_id>/result.json (printed with --json). ansible-playbook works as
+before; this is a second door to the same playbooks.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml", "rollback": "rollback.yml",
+             "capture": "capture.yml", "peer-path": "peer-path.yml"}
+# Exit codes: the worst host decides (a failed host that was not restored outranks everything).
+EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
+EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
+EXIT_USAGE = 64
+MEANING = {0: "every host acceptable (or restored, for rollback; captured, for capture)",
+           1: "a candidate was not acceptable (reject or inconclusive); every original restored",
+           2: "a host failed and was restored and proven", 3: "refused before any change",
+           4: "a host failed and was NOT proven restored, was unreachable, or the run did not finish",
+           64: "usage error"}
+PHASE_RE = re.compile(r"Record the phase on the host \((?P<phase>[^)]+)\)")
+CELL_RE = re.compile(r"Summarize the cell (?P<cell>\S+) (?P<arm>\S+)")
+
+
+def parse_extra_vars(values):
+    """-e K=V, -e JSON, -e @FILE (YAML or JSON), merged left to right."""
+    import yaml
+
+    merged = {}
+    for value in values or []:
+        if value.startswith("@"):
+            path = Path(value[1:])
+            if not path.is_file():
+                raise ValueError(f"extra vars file {value[1:]!r} does not exist")
+            loaded = yaml.safe_load(path.read_text())
+        elif value.lstrip().startswith("{"):
+            try:
+                loaded = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"extra vars {value!r} are not valid JSON: {exc}") from None
+        elif "=" in value:
+            loaded = dict(pair.split("=", 1) for pair in value.split())
+        else:
+            raise ValueError(f"extra vars {value!r}: use K=V, a JSON object or @FILE")
+        if not isinstance(loaded, dict):
+            raise ValueError(f"extra vars {value!r} are not a mapping")
+        merged.update(loaded)
+    return merged
+
+
+def progress_line(event):
+    """One line for the events an operator follows, None for the rest."""
+    data = event.get("event_data", {})
+    host, task, kind = data.get("host"), data.get("task", ""), event.get("event")
+    if kind == "playbook_on_play_start":
+        return f"== {data.get('play', '')}"
+    if kind == "runner_on_ok":
+        phase = PHASE_RE.search(task)
+        if phase:
+            return f"{host}: phase {phase.group('phase')}"
+        cell = CELL_RE.search(task)
+        if cell:
+            return f"{host}: cell {cell.group('cell')} ({cell.group('arm')}) measured"
+        res = data.get("res", {})
+        if task == "Record this host's outcome and render the fleet summary again":
+            try:
+                record = json.loads(res.get("stdout", "{}"))
+            except ValueError:
+                return None
+            verdict = f", verdict {record['verdict']}" if record.get("verdict") else ""
+            return f"{host}: {record.get('outcome')}{verdict} ({record.get('duration_s')} s)"
+        if task == "Say why this host is not touched":
+            return f"{host}: {res.get('msg', 'not started')}"
+        if task.startswith("Say what happened") or "ROLLBACK" in str(res.get("msg", ""))[:20]:
+            return f"{host}: {res.get('msg')}"
+    if kind == "runner_on_failed" and not data.get("ignore_errors"):
+        msg = str(data.get("res", {}).get("msg", ""))
+        if data.get("role") and msg:
+            return f"{host}: FAILED at '{task}': {msg[:400]}"
+    if kind == "runner_on_unreachable":
+        return f"{host}: UNREACHABLE: {str(data.get('res', {}).get('msg', ''))[:200]}"
+    return None
+
+
+def exit_code(kind, rc, hosts):
+    """The process exit code from the per-host outcomes (run) or the runner's stats."""
+    if kind != "run":
+        return 0 if rc == 0 and hosts and all(h["outcome"] == "ok" for h in hosts) else EXIT_ERROR
+    started = [h for h in hosts if h["outcome"] != "not-started"]
+    if not started:
+        return EXIT_ERROR
+    return max(EXIT.get(h["outcome"], EXIT_ERROR) for h in started)
+
+
+def host_outcomes(kind, evidence, run_id, stats):
+    """Per host: the fleet record for a rollout; ok/failed/unreachable from runner stats otherwise."""
+    if kind == "run":
+        path = Path(evidence) / f"fleet-{run_id}" / "summary.json"
+        if path.exists():
+            return json.loads(path.read_text())["hosts"]
+    hosts = sorted(set().union(*[set((stats or {}).get(k) or {}) for k in ("ok", "failures", "dark", "skipped")]))
+    out = []
+    for host in hosts:
+        outcome = "unreachable" if host in (stats.get("dark") or {}) else \
+            "failed" if host in (stats.get("failures") or {}) else "ok"
+        out.append({"host": host, "outcome": outcome})
+    return out
+
+
+def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False):
+    import ansible_runner
+
+    run_id = extravars.setdefault("run_id", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    extravars.setdefault("rollout_evidence_dir", str(evidence))
+    extravars.setdefault("observation_writer_dir", str(evidence))
+    private = Path(evidence) / "runner" / f"{Path(playbook).stem}-{run_id}"
+    private.mkdir(parents=True, exist_ok=True)
+
+    def on_event(event):
+        line = progress_line(event)
+        if line and not quiet:
+            print(line, flush=True)
+        return True
+
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    runner = ansible_runner.run(
+        private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
+        inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
+        event_handler=on_event, ident="artifacts")
+    hosts = host_outcomes(kind, evidence, run_id, runner.stats or {})
+    code = exit_code(kind, runner.rc, hosts)
+    result = {"schema": "serving-rollout.cli-result/v1", "command": kind, "playbook": playbook, "run_id": run_id,
+              "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": MEANING[code],
+              "hosts": hosts, "artifacts": str(private),
+              "fleet_summary": str(Path(evidence) / f"fleet-{run_id}" / "summary.json") if kind == "run" else None}
+    (private / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def status(evidence):
+    index_path = Path(evidence) / "index.json"
+    if not index_path.exists():
+        return {"runs": [], "fleets": [], "latest_per_host": {}}
+    index = json.loads(index_path.read_text())
+    latest = {}
+    for run in index.get("runs", []):
+        latest[run["host"]] = run  # index order is finishing order
+    return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:]}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="serving-rollout", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="roll a candidate out: canary, then batches")
+    run.add_argument("playbook", choices=["candidate-p2p", "candidate"])
+    for name, help_text in (("rollback", "restore the original on every host"),
+                            ("capture", "capture the host facts (read-only)")):
+        sub.add_parser(name, help=help_text)
+    for p in (run, sub.choices["rollback"], sub.choices["capture"]):
+        p.add_argument("-i", "--inventory", required=True)
+        p.add_argument("-e", "--extra-vars", action="append", default=[])
+        p.add_argument("--evidence", default=str(REPO / "evidence"))
+        p.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    run.add_argument("--canary", type=int, default=1)
+    run.add_argument("--batch-size", type=int, default=1)
+    st = sub.add_parser("status", help="the latest run per host and the latest fleet runs")
+    st.add_argument("--evidence", default=str(REPO / "evidence"))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else 0
+    if args.command == "status":
+        print(json.dumps(status(args.evidence), indent=2, sort_keys=True))
+        return 0
+    try:
+        extravars = parse_extra_vars(args.extra_vars)
+    except ValueError as exc:
+        print(f"serving-rollout: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not Path(args.inventory).exists():
+        print(f"serving-rollout: inventory {args.inventory!r} does not exist", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "run":
+        if args.canary < 1 or args.batch_size < 1:
+            print(f"serving-rollout: --canary and --batch-size must be at least 1, got {args.canary} and "
+                  f"{args.batch_size}", file=sys.stderr)
+            return EXIT_USAGE
+        extravars.update({"rollout_canary": args.canary, "rollout_batch_size": args.batch_size})
+        kind, playbook = "run", PLAYBOOKS[args.playbook]
+    else:
+        kind, playbook = args.command, PLAYBOOKS[args.command]
+    result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        for host in result["hosts"]:
+            print(f"{host['host']}: {host['outcome']}" + (f" ({host['evidence']})" if host.get("evidence") else ""))
+        print(f"exit {result['exit_code']}: {result['meaning']} (artifacts {result['artifacts']})")
+    return result["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
