@@ -140,12 +140,12 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False):
     runner = ansible_runner.run(
         private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
         inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
-        event_handler=on_event, ident="artifacts")
+        event_handler=on_event, ident=run_id)
     hosts = host_outcomes(kind, evidence, run_id, runner.stats or {})
     code = exit_code(kind, runner.rc, hosts)
     result = {"schema": "serving-rollout.cli-result/v1", "command": kind, "playbook": playbook, "run_id": run_id,
               "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": MEANING[code],
-              "hosts": hosts, "artifacts": str(private),
+              "hosts": hosts, "artifacts": str(private / "artifacts" / run_id),
               "fleet_summary": str(Path(evidence) / f"fleet-{run_id}" / "summary.json") if kind == "run" else None}
     (private / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result

@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO / "tests" / "doubles"))
 sys.path.insert(0, str(REPO / "filter_plugins"))
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # serving_rollout, the CLI package
 
 DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"

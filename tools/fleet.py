@@ -72,7 +72,8 @@ def render_markdown(doc):
         lines += [f"Stopped at **{doc['stopped_at']}**: hosts after it were not touched.", ""]
     lines += ["| host | outcome | verdict | evidence | duration | note |", "| --- | --- | --- | --- | --- | --- |"]
     for h in doc["hosts"]:
-        note = h["failure"] or (f"not started: {h['stopped_by']} did not pass" if h["stopped_by"] else "")
+        note = h["failure"] or (f"not started: {h['stopped_by']} did not pass" if h["stopped_by"] else "") \
+            or ("; ".join(h["decision"] or []) if h["outcome"] == "not acceptable" else "")
         duration = f"{h['duration_s']:.0f} s" if isinstance(h["duration_s"], (int, float)) else ""
         lines.append(f"| {h['host']} | {h['outcome']} | {h['verdict'] or ''} | {h['evidence'] or ''} | {duration} "
                      f"| {note.replace('|', '/')[:300]} |")

@@ -1,0 +1,83 @@
+"""A fleet of three lab hosts through bin/serving-rollout (ansible-runner): canary, then batches,
+stopping at the first host that fails; a fleet-wide rollback."""
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+HOSTS = {"lab-gpu-1": "serving-lab-gpu-1", "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
+FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
+SMALL = '{"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4}'
+
+
+def on(host, *command, check=True):
+    return subprocess.run(["podman", "exec", HOSTS[host], *command], capture_output=True, text=True, check=check)
+
+
+def cli(*args):
+    return subprocess.run([REPO / "bin" / "serving-rollout", *args], capture_output=True, text=True, timeout=600)
+
+
+def identity(host):
+    return on(host, "systemctl", "show", "-p", "InvocationID,ActiveState,NRestarts", "sglang.service").stdout, \
+        on(host, "sha256sum", "/etc/systemd/system/sglang.service").stdout
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    subprocess.run([REPO / "lab" / "fleet-up.sh"], check=True, capture_output=True)
+    # A candidate effect far outside any noise (speedup), so the canary's verdict holds on a loaded machine.
+    for host in HOSTS:
+        on(host, "sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5 > {FAULTS}")
+    yield
+    for host in HOSTS:
+        on(host, "rm", "-f", FAULTS, "/var/lib/serving-rollout/sglang.service.lock", check=False)
+
+
+def test_a_fault_on_the_second_batchs_host_stops_the_fleet_with_it_restored(fleet):
+    on("lab-gpu-2", "sh", "-c", f"echo speedup:0.5,fail_requests > {FAULTS}")
+    untouched = identity("lab-gpu-3")
+    restored = identity("lab-gpu-2")[1]
+    evidence = tempfile.mkdtemp(prefix="fleet-evidence-")
+    result = cli("run", "candidate", "-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "1",
+                 "--evidence", evidence, "-e", SMALL)
+    assert result.returncode == 2, result.stdout[-4000:] + result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "lab-gpu-1: phase candidate-running" in lines and "lab-gpu-2: phase restored" in lines
+    assert any(line.startswith("lab-gpu-1: acceptable, verdict acceptable") for line in lines)
+    assert any(line.startswith("lab-gpu-2: FAILED at ") for line in lines)
+    # Ansible ends the play when a whole batch failed; had lab-gpu-2 shared its batch with a host that
+    # passed, the next batch's gate would stop it ("NOT STARTED"). Either way it is listed, untouched.
+    assert "lab-gpu-3: not-started" in lines
+    assert lines[-1].startswith("exit 2: a host failed and was restored and proven")
+    # The failed host is restored and proven; the host after it never touched.
+    state, unit = identity("lab-gpu-2")
+    assert unit == restored and "ActiveState=active" in state and "NRestarts=0" in state
+    assert identity("lab-gpu-3") == untouched
+    # The structured result and the fleet summary say the same.
+    runner = next(Path(evidence, "runner").glob("candidate-*"))
+    doc = json.loads((runner / "result.json").read_text())
+    assert doc["exit_code"] == 2 and (Path(doc["artifacts"]) / "job_events").is_dir()
+    assert [(h["host"], h["outcome"]) for h in doc["hosts"]] == \
+        [("lab-gpu-1", "acceptable"), ("lab-gpu-2", "failed, restored"), ("lab-gpu-3", "not-started")]
+    summary = json.loads(Path(doc["fleet_summary"]).read_text())
+    assert summary["stopped_at"] == "lab-gpu-2" and Path(summary["hosts"][0]["evidence"]).is_dir()
+    assert "fail" in summary["hosts"][1]["failure"]
+    index = json.loads(Path(evidence, "index.json").read_text())
+    assert index["fleets"][-1]["hosts"] == {"lab-gpu-1": "acceptable", "lab-gpu-2": "failed, restored",
+                                            "lab-gpu-3": "not-started"}
+    assert not Path(evidence, "lab-gpu-3").exists()
+
+
+def test_rollback_fleet_wide(fleet):
+    evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
+    result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    doc = json.loads(result.stdout)
+    assert doc["hosts"] == [{"host": h, "outcome": "ok"} for h in HOSTS]
+    for host in HOSTS:
+        assert json.loads(next(Path(evidence, host).glob("rollback-*/restoration.json")).read_text())

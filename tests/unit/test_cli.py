@@ -1,0 +1,64 @@
+"""bin/serving-rollout: extra vars, progress lines from runner events, exit codes, usage errors."""
+
+import json
+
+import pytest
+from serving_rollout import cli
+
+
+def test_extra_vars_in_three_forms(tmp_path):
+    file = tmp_path / "vars.yml"
+    file.write_text("rollout_cell_requests: 4\n")
+    assert cli.parse_extra_vars(["a=1 b=2", '{"c": [1]}', f"@{file}"]) == \
+        {"a": "1", "b": "2", "c": [1], "rollout_cell_requests": 4}
+    with pytest.raises(ValueError, match="'@/nope.yml'|/nope.yml"):
+        cli.parse_extra_vars(["@/nope.yml"])
+    with pytest.raises(ValueError, match="'{bad' are not valid JSON"):
+        cli.parse_extra_vars(["{bad"])
+
+
+def event(kind, task="", **data):
+    return {"event": kind, "event_data": {"host": "h1", "task": task, **data}}
+
+
+def test_progress_lines_from_runner_events():
+    record = {"outcome": "failed, restored", "verdict": None, "duration_s": 31.5}
+    assert cli.progress_line(event("runner_on_ok", "Record the phase on the host (candidate-running)")) == \
+        "h1: phase candidate-running"
+    assert cli.progress_line(event("runner_on_ok", "Summarize the cell 4k baseline-2")) == \
+        "h1: cell 4k (baseline-2) measured"
+    assert cli.progress_line(event("runner_on_ok", "Record this host's outcome and render the fleet summary again",
+                                   res={"stdout": json.dumps(record)})) == "h1: failed, restored (31.5 s)"
+    assert cli.progress_line(event("runner_on_failed", "Run the gate json", role="rollout",
+                                   res={"msg": "gate json failed"})) == "h1: FAILED at 'Run the gate json': gate json failed"
+    assert cli.progress_line(event("runner_on_ok", "Read the unit's state")) is None  # the raw stream stays out
+
+
+@pytest.mark.parametrize("outcomes, code", [
+    (["acceptable", "acceptable"], 0),
+    (["acceptable", "not acceptable", "not-started"], 1),
+    (["acceptable", "failed, restored", "not-started"], 2),
+    (["refused", "not-started"], 3),
+    (["failed, restored", "failed, NOT restored"], 4),
+    (["started"], 4),  # never finished: killed or unreachable
+    (["not-started"], 4),
+])
+def test_exit_codes_distinguish_outcomes(outcomes, code):
+    assert cli.exit_code("run", 2, [{"host": f"h{i}", "outcome": o} for i, o in enumerate(outcomes)]) == code
+    assert code in cli.MEANING
+
+
+def test_rollback_exit_code_from_runner_stats():
+    stats = {"ok": {"h1": 3, "h2": 3}, "failures": {"h2": 1}, "dark": {}}
+    hosts = cli.host_outcomes("rollback", "/nowhere", "R", stats)
+    assert hosts == [{"host": "h1", "outcome": "ok"}, {"host": "h2", "outcome": "failed"}]
+    assert cli.exit_code("rollback", 2, hosts) == 4
+    assert cli.exit_code("rollback", 0, [{"host": "h1", "outcome": "ok"}]) == 0
+
+
+def test_usage_errors_name_the_bad_value(capsys, tmp_path):
+    assert cli.main(["run", "candidate-p2p", "-i", str(tmp_path / "nope")]) == cli.EXIT_USAGE
+    assert "inventory" in capsys.readouterr().err
+    assert cli.main(["run", "candidate-p2p", "-i", str(tmp_path), "--canary", "0"]) == cli.EXIT_USAGE
+    assert "got 0 and 1" in capsys.readouterr().err
+    assert cli.main(["run", "nonsense", "-i", str(tmp_path)]) == cli.EXIT_USAGE

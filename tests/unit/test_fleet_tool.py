@@ -1,0 +1,74 @@
+"""The fleet records on the controller: outcomes, when a batch may start, the summary, the lock."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import fleet  # noqa: E402
+
+TOOL = REPO / "tools" / "fleet.py"
+
+
+@pytest.mark.parametrize("facts, outcome", [
+    ({"failure": None, "entered_candidate_phase": True, "restored": True, "decision": {"decision": "acceptable"}},
+     "acceptable"),
+    ({"failure": None, "entered_candidate_phase": True, "restored": True, "decision": {"decision": "reject"}},
+     "not acceptable"),
+    ({"failure": None, "entered_candidate_phase": True, "restored": True, "decision": {"decision": "inconclusive"}},
+     "not acceptable"),
+    ({"failure": "lock held by another run", "entered_candidate_phase": False}, "refused"),
+    ({"failure": "gate json failed", "entered_candidate_phase": True, "restored": True}, "failed, restored"),
+    ({"failure": "gate json failed", "entered_candidate_phase": True, "restored": False}, "failed, NOT restored"),
+])
+def test_outcome_of_a_hosts_rollout(facts, outcome):
+    assert fleet.outcome_of(facts) == outcome
+
+
+def begin(tmp_path, batch, hosts=("h1", "h2", "h3")):
+    return fleet.begin(tmp_path, "R1", list(hosts), list(batch))
+
+
+def test_a_batch_starts_only_when_every_earlier_host_passed(tmp_path):
+    assert begin(tmp_path, ["h1"]) == {"stop": False, "stopped_by": None, "outcome": None}
+    fleet.record(tmp_path, "R1", "h1", {"failure": None, "entered_candidate_phase": True, "restored": True,
+                                        "decision": {"decision": "acceptable", "reasons": []}, "evidence": "e/h1"})
+    assert begin(tmp_path, ["h2"])["stop"] is False
+    fleet.record(tmp_path, "R1", "h2", {"failure": "gate json failed", "entered_candidate_phase": True,
+                                        "restored": True, "evidence": "e/h2"})
+    assert begin(tmp_path, ["h3"]) == {"stop": True, "stopped_by": "h2", "outcome": "failed, restored"}
+    doc = json.loads((tmp_path / "fleet-R1" / "summary.json").read_text())
+    assert [(h["host"], h["outcome"]) for h in doc["hosts"]] == \
+        [("h1", "acceptable"), ("h2", "failed, restored"), ("h3", "not-started")]
+    assert doc["stopped_at"] == "h2" and doc["hosts"][2]["stopped_by"] == "h2"
+    text = (tmp_path / "fleet-R1" / "summary.md").read_text()
+    assert "Stopped at **h2**" in text and "| h3 | not-started |" in text and "gate json failed" in text
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["fleets"] == [{"run_id": "R1", "path": "fleet-R1", "stopped_at": "h2", "hosts": {
+        "h1": "acceptable", "h2": "failed, restored", "h3": "not-started"}}]
+
+
+def test_a_host_of_an_earlier_batch_that_never_finished_stops_the_next(tmp_path):
+    begin(tmp_path, ["h1", "h2"])  # h2 killed or unreachable: its record stays "started"
+    fleet.record(tmp_path, "R1", "h1", {"failure": None, "entered_candidate_phase": True, "restored": True,
+                                        "decision": {"decision": "acceptable"}})
+    assert begin(tmp_path, ["h3"]) == {"stop": True, "stopped_by": "h2", "outcome": "started"}
+
+
+def test_hosts_never_reached_are_listed_not_started(tmp_path):
+    begin(tmp_path, ["h1"])
+    fleet.record(tmp_path, "R1", "h1", {"failure": "boom", "entered_candidate_phase": True, "restored": True})
+    doc = json.loads((tmp_path / "fleet-R1" / "summary.json").read_text())
+    assert doc["counts"] == {"failed, restored": 1, "not-started": 2}
+
+
+def test_cli_record_needs_json_and_names_the_problem(tmp_path):
+    subprocess.run([sys.executable, TOOL, "begin", tmp_path, "R2", "a", "a"], check=True, capture_output=True)
+    bad = subprocess.run([sys.executable, TOOL, "record", tmp_path, "R2", "a"], input="not json",
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "record needs the host's outcome as JSON on stdin" in bad.stderr
+    missing = subprocess.run([sys.executable, TOOL, "summary", tmp_path, "R9"], capture_output=True, text=True)
+    assert missing.returncode != 0 and "no fleet run R9" in missing.stderr
