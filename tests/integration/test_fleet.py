@@ -7,7 +7,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import testinfra
 from conftest import REPO
+from restored import restored_problems
 
 HOSTS = {"lab-gpu-1": "serving-lab-gpu-1", "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
@@ -58,6 +60,9 @@ def test_a_fault_on_the_second_batchs_host_stops_the_fleet_with_it_restored(flee
     state, unit = identity("lab-gpu-2")
     assert unit == restored and "ActiveState=active" in state and "NRestarts=0" in state
     assert identity("lab-gpu-3") == untouched
+    recipes = json.loads(next(Path(evidence, "lab-gpu-2").glob("rollout-*/recipes.json")).read_text())
+    assert restored_problems(testinfra.get_host(f"podman://{HOSTS['lab-gpu-2']}"), "sglang.service",
+                             recipes["original_files"]) == []
     # The structured result and the fleet summary say the same.
     runner = next(Path(evidence, "runner").glob("candidate-*"))
     doc = json.loads((runner / "result.json").read_text())

@@ -7,7 +7,9 @@ import subprocess
 import tempfile
 
 import pytest
+import testinfra
 from conftest import run_playbook
+from restored import restored_problems
 
 LAB = "serving-lab-gpu-1"
 PORT = 30031
@@ -59,6 +61,8 @@ def test_template_instance_rolls_out_and_restores_byte_exact(template_unit):
     state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang@qwen.service").stdout
     assert "ActiveState=active" in state and "NRestarts=0" in state
     recipes = json.loads(next(__import__("pathlib").Path(evidence).rglob("recipes.json")).read_text())
+    assert restored_problems(testinfra.get_host(f"podman://{LAB}"), "sglang@qwen.service",
+                             recipes["original_files"]) == []
     original = recipes["original"]
     assert original["tp_size"] == "4" and original["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
     assert original["shape"]["template"] is True and original["shape"]["instance"] == "qwen"
@@ -123,6 +127,8 @@ def test_a_control_held_in_an_environment_file_changes_in_the_candidates_own_cop
         run = next(__import__("pathlib").Path(evidence).rglob("rollout-*"))
         recipes = json.loads((run / "recipes.json").read_text())
         assert recipes["difference"] == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+        assert restored_problems(testinfra.get_host(f"podman://{LAB}"), "sglang-ef.service",
+                                 recipes["original_files"]) == []
         journal = json.loads((run / "journal-excerpts.json").read_text())
         assert journal["candidate"]["nccl"]["p2p_in_effect"] and not journal["restored"]["nccl"]["p2p_in_effect"]
         assert "ef-key-7c2d90" not in result.stdout + "".join(p.read_text(errors="replace")
@@ -201,6 +207,9 @@ def test_a_podman_container_unit_rolls_out_and_restores_the_same_container(podma
     run = next(__import__("pathlib").Path(evidence).rglob("rollout-*"))
     recipes = json.loads((run / "recipes.json").read_text())
     assert recipes["difference"] == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+    assert restored_problems(testinfra.get_host(f"podman://{LAB}"), "sglang-ctr.service",
+                             recipes["original_files"]) == []
+    assert "/etc/sglang-ctr/nccl.env" in [f["path"] for f in recipes["original_files"]]
     original = recipes["original"]
     assert original["runtime"] == "podman" and original["image_digest"] == podman_unit
     # The image's ENV and the --env-file are both NCCL sources the recipe shows.

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from serving_rollout import cli
 
 
@@ -29,8 +30,8 @@ def test_progress_lines_from_runner_events():
         "h1: cell 4k (baseline-2) measured"
     assert cli.progress_line(event("runner_on_ok", "Record this host's outcome and render the fleet summary again",
                                    res={"stdout": json.dumps(record)})) == "h1: failed, restored (31.5 s)"
-    assert cli.progress_line(event("runner_on_failed", "Run the gate json", role="rollout",
-                                   res={"msg": "gate json failed"})) == "h1: FAILED at 'Run the gate json': gate json failed"
+    failed = event("runner_on_failed", "Run the gate json", role="rollout", res={"msg": "gate json failed"})
+    assert cli.progress_line(failed) == "h1: FAILED at 'Run the gate json': gate json failed"
     assert cli.progress_line(event("runner_on_ok", "Read the unit's state")) is None  # the raw stream stays out
 
 
