@@ -3,6 +3,7 @@
   serving-rollout run candidate-p2p -i INVENTORY [--canary N] [--batch-size N] [-e K=V|JSON|@FILE]...
   serving-rollout rollback -i INVENTORY [-e ...]
   serving-rollout capture -i INVENTORY [-e ...]
+  serving-rollout plan PLAN.json -i INVENTORY [--policy stop|skip-dependents] [-e ...]
   serving-rollout status [--evidence DIR]
 
 Progress lines come from runner events (host, phase, cell, outcome), not the raw task stream;
@@ -120,7 +121,8 @@ def host_outcomes(kind, evidence, run_id, stats):
     return out
 
 
-def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False):
+def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None):
+    """Run one playbook through ansible-runner; listen(event) sees every event."""
     import ansible_runner
 
     run_id = extravars.setdefault("run_id", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
@@ -130,6 +132,8 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False):
     private.mkdir(parents=True, exist_ok=True)
 
     def on_event(event):
+        if listen:
+            listen(event)
         line = progress_line(event)
         if line and not quiet:
             print(line, flush=True)
@@ -151,6 +155,58 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False):
     return result
 
 
+def identities(inventory, extravars, evidence):
+    """{host: sha256 of the serving unit file}, read-only (playbooks/original-identity.yml)."""
+    from serving_rollout.plan import PlanError
+
+    found = {}
+
+    def listen(event):
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == "Report the original's identity":
+            found[data["host"]] = data.get("res", {}).get("msg")
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    result = run_playbook("identity", "original-identity.yml", inventory, {**extravars, "run_id": f"identity-{stamp}"},
+                          evidence, quiet=True, listen=listen)
+    if result["ansible_rc"] != 0 or not found or "missing" in found.values():
+        raise PlanError(f"cannot read the serving unit on every host (ansible rc {result['ansible_rc']}, read: "
+                        f"{found}); see {result['artifacts']}")
+    return found
+
+
+def run_plan_command(args, extravars):
+    from serving_rollout import plan as plan_executor
+
+    def run_candidate(cid, run_id, candidate_vars):
+        result = run_playbook("run", "candidate.yml", args.inventory,
+                              {**extravars, **candidate_vars, "run_id": run_id,
+                               "rollout_canary": args.canary, "rollout_batch_size": args.batch_size},
+                              args.evidence, quiet=args.json)
+        return result["hosts"]
+
+    def rollback():
+        run_playbook("rollback", "rollback.yml", args.inventory, dict(extravars), args.evidence, quiet=args.json)
+
+    try:
+        doc = plan_executor.run_plan(args.plan_file, args.evidence, lambda: identities(args.inventory, extravars,
+                                                                                        args.evidence),
+                                     run_candidate, rollback, policy=args.policy,
+                                     say=(lambda line: None) if args.json else print)
+    except plan_executor.PlanError as exc:
+        print(f"serving-rollout: {exc}", file=sys.stderr)
+        return EXIT["refused"]
+    decided = [c["outcome"] for c in doc["candidates"] if c.get("status") == "decided"]
+    code = max([EXIT.get(o, EXIT_ERROR) for o in decided] or [0])
+    if args.json:
+        print(json.dumps({**doc, "exit_code": code}, indent=2, sort_keys=True))
+    else:
+        print(f"plan report: {doc['folder']}/report.md; recommended promotion order: "
+              f"{', '.join(doc['recommended_promotion_order']) or 'none'}")
+        print(f"exit {code}: {MEANING[code]}")
+    return code
+
+
 def status(evidence):
     index_path = Path(evidence) / "index.json"
     if not index_path.exists():
@@ -167,16 +223,21 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="roll a candidate out: canary, then batches")
     run.add_argument("playbook", choices=["candidate-p2p", "candidate"])
+    plan = sub.add_parser("plan", help="run a plan's candidates in order, each gated, resumable")
+    plan.add_argument("plan_file")
+    plan.add_argument("--policy", choices=["stop", "skip-dependents"], default="stop",
+                      help="at a candidate that does not pass: stop, or skip only the candidates that depend on it")
     for name, help_text in (("rollback", "restore the original on every host"),
                             ("capture", "capture the host facts (read-only)")):
         sub.add_parser(name, help=help_text)
-    for p in (run, sub.choices["rollback"], sub.choices["capture"]):
+    for p in (run, plan, sub.choices["rollback"], sub.choices["capture"]):
         p.add_argument("-i", "--inventory", required=True)
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--evidence", default=str(REPO / "evidence"))
         p.add_argument("--json", action="store_true", help="print the structured result as JSON")
-    run.add_argument("--canary", type=int, default=1)
-    run.add_argument("--batch-size", type=int, default=1)
+    for p in (run, plan):
+        p.add_argument("--canary", type=int, default=1)
+        p.add_argument("--batch-size", type=int, default=1)
     st = sub.add_parser("status", help="the latest run per host and the latest fleet runs")
     st.add_argument("--evidence", default=str(REPO / "evidence"))
     try:
@@ -194,6 +255,15 @@ def main(argv=None):
     if not Path(args.inventory).exists():
         print(f"serving-rollout: inventory {args.inventory!r} does not exist", file=sys.stderr)
         return EXIT_USAGE
+    if args.command in ("run", "plan") and (args.canary < 1 or args.batch_size < 1):
+        print(f"serving-rollout: --canary and --batch-size must be at least 1, got {args.canary} and "
+              f"{args.batch_size}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "plan":
+        if not Path(args.plan_file).is_file():
+            print(f"serving-rollout: plan file {args.plan_file!r} does not exist", file=sys.stderr)
+            return EXIT_USAGE
+        return run_plan_command(args, extravars)
     if args.command == "run":
         if args.canary < 1 or args.batch_size < 1:
             print(f"serving-rollout: --canary and --batch-size must be at least 1, got {args.canary} and "

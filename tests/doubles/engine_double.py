@@ -35,11 +35,13 @@ Configuration (environment, all optional):
       startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
       speedup:F               every latency of this process F (0-1) shorter: an effect far outside
                               any noise, for tests that need a verdict on a loaded machine
+      slowdown:F              every latency of this process F longer (0.5: 1.5x): a sure reject
   DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
                               after this process's systemd unit (from /proc/self/cgroup)
                               adds its faults, so one unit of two sharing an
                               EnvironmentFile can be made to fail; a file
-                              <unit>+p2p applies only when P2P is allowed
+                              <unit>+p2p applies only when P2P is allowed,
+                              <unit>+custom_ar only with custom all-reduce on
 """
 
 import argparse
@@ -102,14 +104,16 @@ def own_unit():
     return None
 
 
-def faults_for(env, unit=None):
+def faults_for(env, unit=None, custom_ar=False):
     """DOUBLE_FAULT plus the faults in DOUBLE_FAULT_DIR/<own unit>, if that file exists, and
     in DOUBLE_FAULT_DIR/<own unit>+p2p when this process runs with P2P allowed (so a unit
-    promoted to P2P can fail where the original, same name, P2P disabled, does not)."""
+    promoted to P2P can fail where the original, same name, P2P disabled, does not), and in
+    <own unit>+custom_ar when custom all-reduce is on (one candidate unit name, many controls)."""
     text = env.get("DOUBLE_FAULT", "")
     unit = unit or own_unit()
     if unit:
-        names = [unit] + ([unit + "+p2p"] if env.get("NCCL_P2P_DISABLE", "0") != "1" else [])
+        names = [unit] + ([unit + "+p2p"] if env.get("NCCL_P2P_DISABLE", "0") != "1" else []) \
+            + ([unit + "+custom_ar"] if custom_ar else [])
         for name in names:
             path = os.path.join(env.get("DOUBLE_FAULT_DIR", "/etc/engine-double/faults"), name)
             try:
@@ -229,10 +233,10 @@ class Engine:
     def __init__(self, args, env):
         self.args = args
         self.env = env
-        self.faults = faults_for(env)
         self.p2p = env.get("NCCL_P2P_DISABLE", "0") != "1"
         self.cumem = env.get("NCCL_CUMEM_ENABLE", "0") == "1"
         self.custom_ar = not args.disable_custom_all_reduce
+        self.faults = faults_for(env, custom_ar=self.custom_ar)
         self.model = LatencyModel(
             env, {"p2p": self.p2p, "cumem": self.cumem, "custom_ar": self.custom_ar}
         )
@@ -336,7 +340,8 @@ class Engine:
     def token_times(self, started, prompt_tokens, count):
         """Yields as each of `count` tokens is due: the first after the time to first token, the
         rest one decode step apart, all scaled by this request's noise factor."""
-        factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0))
+        factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0)) \
+            * (1.0 + float(self.faults.get("slowdown") or 0.0))
         due = started + self.model.ttft(prompt_tokens) * factor
         for index in range(count):
             if index:

@@ -208,3 +208,12 @@ def test_fault_file_for_p2p_applies_only_when_p2p_is_allowed(tmp_path):
     assert disabled == {"startup": "2"}
     assert allowed == {"startup": "2", "fail_at_start": ""}
     assert other == {}
+
+
+def test_fault_file_for_custom_all_reduce_applies_only_with_it_on(tmp_path):
+    import engine_double as double
+
+    (tmp_path / "sglang-candidate.service+custom_ar").write_text("slowdown:0.5\n")
+    env = {"DOUBLE_FAULT_DIR": str(tmp_path), "NCCL_P2P_DISABLE": "1"}
+    assert double.faults_for(env, unit="sglang-candidate.service", custom_ar=True) == {"slowdown": "0.5"}
+    assert double.faults_for(env, unit="sglang-candidate.service") == {}

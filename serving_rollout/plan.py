@@ -1,0 +1,232 @@
+"""The plan executor: a plan's candidates in its order, each gated, unattended.
+
+Each candidate is its own candidate.yml run (through ansible-runner) against the current
+original, so no fact of one candidate's run can leak into the next, and each differs from the
+original by its one control, never stacked. The plan's state is kept on the controller after
+every step (<evidence>/plan-<name>-<sha>/state.json): a re-run skips candidates already decided
+for the same originals (the unit file's sha256 on every host) and continues; a run killed with
+a candidate under way is rolled back first (rollback.yml), then that candidate runs again; a
+changed original starts the plan over. The report (report.json, report.md) says per candidate
+which evidence met its prerequisites, its outcome and decision, predicted against measured
+effect, its evidence and the GPU time it took, and the promotion order it recommends.
+Promotion stays a separate human step (promote.yml).
+"""
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "filter_plugins"))
+from candidate_plan import EVIDENCE_TEXT, KNOWN, candidate_plan_errors  # noqa: E402
+
+SCHEMA = "serving-rollout.plan-report/v1"
+TRANSPORT = ("p2p", "cumem", "custom-all-reduce")
+# A candidate that may only run after an earlier one of these was decided acceptable.
+AFTER = {"scheduler-and-speculation": TRANSPORT}
+POLICIES = ("stop", "skip-dependents")
+# A candidate's outcome over its hosts: the worst one decides.
+RANK = ["acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored", "started",
+        "not-started"]
+
+
+class PlanError(ValueError):
+    """A plan refused before any change, naming why."""
+
+
+def plan_problems(plan):
+    """Every reason to refuse a plan before any change: schema errors (with their paths), ids the
+    tool does not know, an order that breaks its own prerequisites, a candidate without the
+    setting it needs."""
+    problems = candidate_plan_errors(plan)
+    if problems:
+        return problems
+    ids = [c["id"] for c in plan["ordered_candidates"]]
+    for n, entry in enumerate(plan["ordered_candidates"]):
+        cid = entry["id"]
+        if cid not in KNOWN or cid == "custom":
+            known = ", ".join(k for k in KNOWN if k != "custom")
+            problems.append(f"$.ordered_candidates[{n}].id: {cid!r} is not a candidate the tool knows ({known})")
+            continue
+        needs = AFTER.get(cid)
+        if needs and not any(i in needs for i in ids[:n]):
+            problems.append(f"$.ordered_candidates[{n}]: {cid} needs a transport candidate ({', '.join(needs)}) "
+                            "decided before it, and the plan has none earlier")
+        if cid == "scheduler-and-speculation" and not isinstance(entry.get("control"), dict):
+            problems.append(f"$.ordered_candidates[{n}].control: {cid} needs its one setting, "
+                            '{"chunked_prefill_size": N} or {"speculative": {"--speculative-...": V}}')
+    return problems
+
+
+def worst(outcomes):
+    return max(outcomes, key=lambda o: RANK.index(o) if o in RANK else len(RANK)) if outcomes else "not-started"
+
+
+def plan_evidence(state, cid):
+    """Evidence the plan itself provides: `transport_stable`, met by an earlier transport
+    candidate decided acceptable in this plan for the same originals."""
+    for other in TRANSPORT:
+        entry = state["candidates"].get(other)
+        if other != cid and entry and entry.get("status") == "decided" and entry.get("outcome") == "acceptable":
+            return {"transport_stable": f"{other} acceptable (run {entry['run_id']})"}
+    return {}
+
+
+def blocked_by(plan, state, cid, policy):
+    """Why cid must not run now (a string), or None. stop: any earlier candidate that did not
+    pass; skip-dependents: only one this candidate depends on."""
+    for entry in plan["ordered_candidates"]:
+        other = entry["id"]
+        if other == cid:
+            return None
+        decided = state["candidates"].get(other) or {}
+        failed = decided.get("status") in ("decided", "skipped") and decided.get("outcome") != "acceptable"
+        if not failed:
+            continue
+        if policy == "stop":
+            return f"{other} ended {decided.get('outcome')!r} (policy stop)"
+        if other in AFTER.get(cid, ()) and not plan_evidence(state, cid):
+            return f"it depends on a transport candidate and {other} ended {decided.get('outcome')!r}"
+    return None
+
+
+def new_state(plan_sha, originals):
+    return {"schema": "serving-rollout.plan-state/v1", "plan_sha256": plan_sha, "originals": originals,
+            "candidates": {}, "history": []}
+
+
+def candidate_record(cid, run_id, hosts, evidence_dir):
+    """A decided candidate from its fleet records and run directories."""
+    per_host = []
+    for host in hosts:
+        run = Path(evidence_dir) / host["host"] / f"rollout-{run_id}"
+        decision = json.loads((run / "decision.json").read_text()) if (run / "decision.json").exists() else {}
+        recipes = json.loads((run / "recipes.json").read_text()) if (run / "recipes.json").exists() else {}
+        tp = (recipes.get("original") or {}).get("tp_size")
+        seconds = host.get("duration_s") or 0.0
+        per_host.append({
+            "host": host["host"], "outcome": host["outcome"], "verdict": host.get("verdict"),
+            "reasons": decision.get("reasons") or host.get("decision"), "failure": host.get("failure"),
+            "evidence": str(run) if run.exists() else None, "duration_s": seconds,
+            "gpu_seconds": round(seconds * int(tp), 1) if str(tp or "").isdigit() else None,
+            "predicted_vs_measured": decision.get("predicted_vs_measured"),
+            "prerequisites_met_by": (recipes.get("evidence_used") or {})})
+    outcome = worst([h["outcome"] for h in per_host if h["outcome"] != "not-started"] or ["not-started"])
+    return {"status": "decided", "outcome": outcome, "run_id": run_id, "hosts": per_host,
+            "gpu_seconds": round(sum(h["gpu_seconds"] or 0 for h in per_host), 1)}
+
+
+def report(plan, plan_path, state, policy):
+    rows = []
+    for entry in plan["ordered_candidates"]:
+        cid = entry["id"]
+        record = state["candidates"].get(cid) or {"status": "not run"}
+        rows.append({"id": cid, "change": entry.get("change"), "gate": entry.get("gate"),
+                     "requires": [EVIDENCE_TEXT[r] for r in KNOWN.get(cid, {}).get("requires", [])],
+                     **record})
+    order = [r["id"] for r in rows if r.get("outcome") == "acceptable"]
+    return {"schema": SCHEMA, "plan": str(plan_path), "plan_sha256": state["plan_sha256"], "policy": policy,
+            "originals": state["originals"], "candidates": rows, "history": state["history"],
+            "recommended_promotion_order": order,
+            "promotion": "a separate human step: promote.yml with one run id at a time, then run the plan "
+                         "again against the new original"}
+
+
+def render_markdown(doc):
+    lines = [f"# Plan report: {doc['plan']}", "", f"Policy: {doc['policy']}. Originals (unit sha256): "
+             + ", ".join(f"{h} {s[:12]}" for h, s in sorted(doc["originals"].items())) + ".", "",
+             "| # | candidate | status | outcome | prerequisites met by | predicted vs measured | GPU time "
+             "| evidence |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n, row in enumerate(doc["candidates"], 1):
+        hosts = row.get("hosts") or []
+        met = "; ".join(sorted({f"{k}: {v}" for h in hosts for k, v in (h["prerequisites_met_by"].get("observed")
+                                                                          or {}).items() if v}))
+        pvm = "; ".join(str(h["predicted_vs_measured"]) for h in hosts if h.get("predicted_vs_measured")) or "-"
+        note = row.get("reason") or "; ".join(r for h in hosts for r in (h.get("reasons") or [])[:2])
+        lines.append(f"| {n} | {row['id']} | {row['status']} | {row.get('outcome') or ''} {note[:200]} | "
+                     f"{met or '-'} | {pvm[:200]} | {row.get('gpu_seconds', '')} GPU-s | "
+                     f"{', '.join(h['evidence'] or '' for h in hosts)} |")
+    lines += ["", "Recommended promotion order: " + (", ".join(doc["recommended_promotion_order"]) or "none")
+              + f". {doc['promotion'].capitalize()}.", ""]
+    return "\n".join(lines)
+
+
+def save(folder, state, plan, plan_path, policy):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in (("state.json", json.dumps(state, indent=2, sort_keys=True) + "\n"),
+                       ("report.json", json.dumps(report(plan, plan_path, state, policy), indent=2,
+                                                  sort_keys=True) + "\n")):
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(folder / name)
+    (folder / "report.md").write_text(render_markdown(report(plan, plan_path, state, policy)))
+
+
+def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="stop", say=print):
+    """Run the plan. identities() -> {host: unit sha256}; run_candidate(cid, run_id, extravars) ->
+    [host records of the fleet summary]; rollback() restores every host. Returns the report."""
+    if policy not in POLICIES:
+        raise PlanError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    text = Path(plan_path).read_text()
+    try:
+        plan = json.loads(text)
+    except ValueError as exc:
+        raise PlanError(f"plan file {plan_path} is not valid JSON: {exc}") from None
+    problems = plan_problems(plan)
+    if problems:
+        raise PlanError(f"plan {plan_path} refused before any change: " + "; ".join(problems))
+    plan_sha = hashlib.sha256(text.encode()).hexdigest()
+    folder = Path(evidence) / f"plan-{Path(plan_path).stem}-{plan_sha[:12]}"
+    originals = identities()
+    state_path = folder / "state.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else new_state(plan_sha, originals)
+    if state["originals"] != originals:
+        changed = sorted(h for h in set(originals) | set(state["originals"])
+                         if originals.get(h) != state["originals"].get(h))
+        say(f"plan: the original changed on {', '.join(changed)} since the plan's decisions: starting over")
+        history = state["history"] + [{"at": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+                                       "event": f"original changed on {', '.join(changed)}: started over",
+                                       "previous": state["candidates"]}]
+        state = new_state(plan_sha, originals)
+        state["history"] = history
+    running = [cid for cid, c in state["candidates"].items() if c.get("status") == "running"]
+    if running:
+        say(f"plan: {running[0]} was under way when the last run stopped: rolling back first")
+        rollback()
+        state["history"].append({"at": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+                                 "event": f"{running[0]} interrupted; rolled back; runs again"})
+        del state["candidates"][running[0]]
+    save(folder, state, plan, plan_path, policy)
+    for entry in plan["ordered_candidates"]:
+        cid = entry["id"]
+        done = state["candidates"].get(cid)
+        if done and done["status"] in ("decided", "skipped"):
+            say(f"plan: {cid} already {done['status']} for these originals ({done.get('outcome')}): skipped")
+            continue
+        reason = blocked_by(plan, state, cid, policy)
+        if reason and policy == "stop":
+            say(f"plan: stopping before {cid}: {reason}")
+            break
+        if reason:
+            state["candidates"][cid] = {"status": "skipped", "outcome": "not run", "reason": reason}
+            save(folder, state, plan, plan_path, policy)
+            say(f"plan: {cid} skipped: {reason}")
+            continue
+        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        state["candidates"][cid] = {"status": "running", "run_id": run_id}
+        save(folder, state, plan, plan_path, policy)
+        say(f"plan: {cid} (run {run_id})")
+        extravars = {"serving_recipe_candidate_id": cid, "serving_recipe_plan_file": str(Path(plan_path).resolve()),
+                     "serving_recipe_plan_evidence": plan_evidence(state, cid)}
+        if isinstance(entry.get("control"), dict):
+            extravars["serving_recipe_custom_change"] = entry["control"]
+        hosts = run_candidate(cid, run_id, extravars)
+        state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
+        save(folder, state, plan, plan_path, policy)
+        say(f"plan: {cid} {state['candidates'][cid]['outcome']}")
+    doc = report(plan, plan_path, state, policy)
+    doc["folder"] = str(folder)
+    return doc
