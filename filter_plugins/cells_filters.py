@@ -2,8 +2,13 @@
 regrouped into matched cells."""
 
 import statistics
+import sys
+from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
+from conditions import median_conditions  # noqa: E402  (pure, shared with latency_cell on the host)
 
 
 def median(values):
@@ -31,7 +36,25 @@ def merge_cell_chunks(chunks):
     cell["telemetry"] = [dict(c.get("telemetry") or {},
                               requests=[c["requests"][0]["index"], c["requests"][-1]["index"]])
                          for c in chunks if c["requests"]]
+    cell["conditions"] = median_conditions([c.get("conditions") for c in chunks])
+    cell["remeasured"] = [r for c in chunks for r in c.get("remeasured") or []]
+    cell["disturbed"] = [c["disturbed"] for c in chunks if c.get("disturbed")]
     return cell
+
+
+def ab_look(candidate, baseline, looks, alpha=0.05, cells=1, min_effect=0.02, rule=None):
+    """One interim look of a cell's candidate arm (merged so far) against its first baseline
+    bracket (module_utils/abstats.sequential_look): stop now or go on, at the look's alpha."""
+    from abstats import sequential_look
+
+    if not isinstance(candidate, dict) or not isinstance(baseline, dict):
+        raise AnsibleFilterError(f"ab_look needs two merged cells, got {candidate!r:.100} and {baseline!r:.100}")
+    look = -(-len(candidate["requests"]) * looks // max(len(baseline["requests"]), 1))  # chunks so far
+    try:
+        return sequential_look(baseline["requests"], candidate["requests"], min(max(look, 1), looks), looks,
+                               alpha, cells, min_effect, rule)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"ab_look: {exc}") from exc
 
 
 def cell_progress(cell, of):
@@ -58,6 +81,9 @@ def ab_cells(by_arm):
         cells.append({"name": name,
                       "baseline": [arms["baseline-1"]["requests"], arms["baseline-2"]["requests"]],
                       "candidate": arms["candidate"]["requests"],
+                      "sequential": arms["candidate"].get("sequential"),
+                      "conditions": {"baseline": arms["baseline-1"].get("conditions"),
+                                     "candidate": arms["candidate"].get("conditions")},
                       "contract_violations": [dict(v, arm=arm) for arm, cell in arms.items()
                                               for v in cell["contract_violations"]]})
     return cells
@@ -66,4 +92,4 @@ def ab_cells(by_arm):
 class FilterModule:
     def filters(self):
         return {"median": median, "merge_cell_chunks": merge_cell_chunks, "cell_progress": cell_progress,
-                "ab_cells": ab_cells}
+                "ab_cells": ab_cells, "ab_look": ab_look}

@@ -16,14 +16,22 @@ description:
     on TTFT or E2E and at least one is better.
 options:
   cells:
-    description: Cells as {name, baseline (list of bracket request lists), candidate (request list), contract_violations}.
+    description: >-
+      Cells as {name, baseline (list of bracket request lists), candidate (request list), contract_violations,
+      sequential ({look, looks} when the candidate stopped early), conditions ({baseline, candidate})}.
     type: list
     elements: dict
     required: true
   min_effect: {description: Smallest relative change that counts., type: float, default: 0.02}
-  alpha: {description: Rank test significance level., type: float, default: 0.05}
+  alpha:
+    description: >-
+      Family-wise error of the decision - the chance that an identical candidate gets a verdict other than
+      inconclusive (split over the cells, spent over the looks, Holm within a look).
+    type: float
+    default: 0.05
   drift_limit: {description: Largest allowed relative drift between baseline brackets., type: float, default: 0.05}
   rule: {description: "Decision rule {guard: [metrics], need_better: [metrics]}.", type: dict}
+  condition_limits: {description: "How far the arms' conditions may differ (module_utils/conditions.py).", type: dict}
 author: serving-rollout
 requirements: [numpy, scipy]
 """
@@ -41,7 +49,7 @@ cells:
   type: list
   returned: always
 decision:
-  description: decision (acceptable, reject, inconclusive), rule and reasons.
+  description: decision (acceptable, reject, inconclusive), rule, method (the error control) and reasons.
   type: dict
   returned: always
 """
@@ -57,6 +65,7 @@ def main():
             "alpha": {"type": "float", "default": 0.05},
             "drift_limit": {"type": "float", "default": 0.05},
             "rule": {"type": "dict"},
+            "condition_limits": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -69,7 +78,9 @@ def main():
         missing = [k for k in ("name", "baseline", "candidate") if k not in cell]
         if missing:
             module.fail_json(msg=f"cells[{index}] lacks {missing}")
-    verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"]) for c in p["cells"]]
+    # alpha is split over the cells (error control at the decision: module_utils/abstats.METHOD)
+    verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"], rule=p["rule"], cells=len(p["cells"]),
+                             condition_limits=p["condition_limits"]) for c in p["cells"]]
     module.exit_json(changed=False, cells=verdicts, decision=decide(verdicts, p["rule"]))
 
 

@@ -30,6 +30,15 @@ options:
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
   first_index: {description: Index of the first request when the cell runs in chunks., type: int, default: 0}
+  reference_conditions:
+    description:
+      - Conditions of the first baseline bracket (cpu_busy, cpu_steal, temp_c, power_w, clock_events,
+        gpu_processes). A chunk run under different ones is measured again, at most C(remeasure_max) times.
+    type: dict
+  remeasure_max: {description: Most re-measurements of a disturbed chunk., type: int, default: 2}
+  condition_limits:
+    description: How far conditions may differ (cpu_busy, cpu_steal, temp_c, power_frac); defaults in module_utils/conditions.py.
+    type: dict
 author: serving-rollout
 """
 
@@ -44,13 +53,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cell:
-  description: name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s.
+  description: >-
+    name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s,
+    conditions (what could disturb the timings), remeasured (discarded attempts and why), disturbed
+    (why the kept attempt still differs from the reference, or null).
   type: dict
   returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import run_cell
+from ansible.module_utils.cells import run_measured
 from ansible.module_utils.env_files import module_api_key
 
 
@@ -71,6 +83,9 @@ def main():
             "timeout_s": {"type": "float", "default": 600},
             "telemetry_interval_s": {"type": "float", "default": 1.0},
             "first_index": {"type": "int", "default": 0},
+            "reference_conditions": {"type": "dict"},
+            "remeasure_max": {"type": "int", "default": 2},
+            "condition_limits": {"type": "dict"},
         },
         supports_check_mode=False,
     )
@@ -80,7 +95,9 @@ def main():
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
     if p["first_index"] < 0:
         module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
-    result = run_cell({**p, "api_key": module_api_key(module)})
+    if p["remeasure_max"] < 0:
+        module.fail_json(msg=f"remeasure_max must be at least 0, got {p['remeasure_max']}")
+    result = run_measured({**p, "api_key": module_api_key(module)})
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
                                           "concurrency": p["concurrency"], **result})
 

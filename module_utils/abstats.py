@@ -1,15 +1,60 @@
 """Statistics of matched baseline/candidate latency cells (controller side, numpy and scipy).
 
 Deltas are relative: candidate median / baseline median - 1 (negative is faster for a
-latency). A metric is `better` or `worse` only when the bootstrap interval of the median
-delta excludes zero on that side, the rank test agrees (p < alpha) and the effect is at
-least `min_effect`; otherwise `inconclusive`.
+latency). Error control is at the decision, not per test (METHOD): every (cell, rule metric,
+direction) is a one-sided Mann-Whitney test; alpha is split equally over the cells, each
+cell's share is spent over its looks (Haybittle-Peto: a small fixed alpha at interim looks,
+the rest at the last), and within a look Holm runs over the cell's tests. By the union bound
+the chance that identical arms get any verdict other than inconclusive is at most alpha,
+whatever the number of cells, metrics and looks. A metric is `better` or `worse` only when its
+test is rejected and the effect is at least `min_effect`; the bootstrap interval of the median
+delta is reported beside it. Drift between the baseline brackets or a difference in the arms'
+conditions can only make a cell inconclusive, which keeps the bound.
 """
 
 import numpy as np
 from scipy import stats
 
+try:  # as a module_util on a host, or imported from tools/ and tests on the controller
+    from ansible.module_utils.conditions import CONDITION_LIMITS, conditions_problem
+except ImportError:
+    from conditions import CONDITION_LIMITS, conditions_problem
+
 LOWER_IS_BETTER = {"ttft_s": True, "e2e_s": True, "decode_tps": False}
+DEFAULT_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}
+INTERIM_ALPHA = 0.001  # Haybittle-Peto: each interim look of a cell tests at this level
+METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (rule metrics x better/worse); "
+          "alpha split equally over the cells and spent over each cell's looks (Haybittle-Peto, interim "
+          f"{INTERIM_ALPHA}); a verdict also needs |median delta| >= min_effect; family-wise error <= alpha "
+          "for the decision (union bound)")
+
+
+def one_sided_p(baseline, candidate, lower_is_better=True):
+    """{"better": p, "worse": p}: one-sided Mann-Whitney p-values that the candidate is better
+    (lower latency, higher rate) or worse than the baseline."""
+    less = float(stats.mannwhitneyu(candidate, baseline, alternative="less").pvalue)
+    greater = float(stats.mannwhitneyu(candidate, baseline, alternative="greater").pvalue)
+    return {"better": less, "worse": greater} if lower_is_better else {"better": greater, "worse": less}
+
+
+def holm(pvalues, alpha):
+    """The keys of {key: p} that Holm's step-down procedure rejects at family-wise level alpha."""
+    ordered = sorted(pvalues.items(), key=lambda item: item[1])
+    rejected = set()
+    for rank, (key, p) in enumerate(ordered):
+        if p > alpha / (len(ordered) - rank):
+            break
+        rejected.add(key)
+    return rejected
+
+
+def look_alpha(look, looks, alpha):
+    """A cell's alpha at look `look` (1-based) of `looks`: INTERIM_ALPHA before the last look, the
+    rest of alpha at the last, so the looks together spend at most alpha."""
+    if not 1 <= look <= looks:
+        raise ValueError(f"look must be within 1..{looks}, got {look}")
+    interim = min(INTERIM_ALPHA, alpha / (2 * looks))
+    return interim if look < looks else alpha - interim * (looks - 1)
 
 
 def summarize(values):
@@ -43,20 +88,47 @@ def bootstrap_median_delta(baseline, candidate, n_boot=2000, confidence=0.95, se
     return float(ratio(a, b)), float(interval.low), float(interval.high)
 
 
-def metric_verdict(baseline, candidate, lower_is_better=True, min_effect=0.02, alpha=0.05, seed=0):
-    delta, low, high = bootstrap_median_delta(baseline, candidate, seed=seed)
-    p_value = float(stats.mannwhitneyu(baseline, candidate, alternative="two-sided").pvalue)
-    improving = (high < 0) if lower_is_better else (low > 0)
-    worsening = (low > 0) if lower_is_better else (high < 0)
-    big_enough = abs(delta) >= min_effect
-    if improving and p_value < alpha and big_enough:
-        verdict = "better"
-    elif worsening and p_value < alpha and big_enough:
-        verdict = "worse"
-    else:
-        verdict = "inconclusive"
-    return {"verdict": verdict, "delta": delta, "ci": [low, high], "p_value": p_value,
-            "baseline": summarize(baseline), "candidate": summarize(candidate)}
+def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0):
+    """Verdicts of one comparison (one look of one cell): baseline and candidate are request
+    records. The rule's metrics are tested one-sided both ways, Holm over them at `alpha`; the
+    other metrics are reported, not tested."""
+    rule = rule or DEFAULT_RULE
+    tested = [m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])]
+    metrics, family = {}, {}
+    for metric, lower in LOWER_IS_BETTER.items():
+        base, cand = _ok(baseline, metric), _ok(candidate, metric)
+        if len(base) < 2 or len(cand) < 2:
+            metrics[metric] = {"verdict": "inconclusive", "reason": "too few successful requests"}
+            continue
+        delta, low, high = bootstrap_median_delta(base, cand, seed=seed)
+        p = one_sided_p(base, cand, lower)
+        metrics[metric] = {"verdict": "inconclusive" if metric in tested else "reported", "delta": delta,
+                           "ci": [low, high], "p_better": p["better"], "p_worse": p["worse"],
+                           "baseline": summarize(base), "candidate": summarize(cand)}
+        if metric in tested:
+            family.update({(metric, "better"): p["better"], (metric, "worse"): p["worse"]})
+    for metric, direction in holm(family, alpha):
+        if abs(metrics[metric]["delta"]) >= min_effect:
+            metrics[metric]["verdict"] = direction
+    return metrics
+
+
+def clear(metrics, rule=None):
+    """A look's verdicts are clear enough to stop: a guard metric worse, or every need_better
+    metric better."""
+    rule = rule or DEFAULT_RULE
+    verdicts = {m: v.get("verdict") for m, v in metrics.items()}
+    return any(verdicts.get(m) == "worse" for m in rule["guard"]) or \
+        all(verdicts.get(m) == "better" for m in rule["need_better"])
+
+
+def sequential_look(baseline, candidate, look, looks, alpha, cells, min_effect=0.02, rule=None):
+    """One interim look of a cell's candidate arm against its first baseline bracket: whether to
+    stop now, and the verdicts at this look's alpha (the cell's share, alpha / cells)."""
+    level = look_alpha(look, looks, alpha / cells)
+    metrics = judge(baseline, candidate, level, min_effect, rule)
+    return {"look": look, "looks": looks, "alpha": level, "stop": look < looks and clear(metrics, rule),
+            "n": len(candidate), "metrics": {m: v.get("verdict") for m, v in metrics.items()}}
 
 
 def bracket_drift(first, second):
@@ -69,10 +141,16 @@ def _ok(requests, key):
     return [r[key] for r in requests if r.get("error") is None and r.get(key) is not None]
 
 
-def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0):
+def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, rule=None, cells=1,
+                 condition_limits=None):
     """Verdicts per metric of one cell {name, baseline: [[...req], [...req]], candidate: [...req],
-    contract_violations}. Failed requests (None) are counted, never dropped; a cell with a
-    contract violation is reported and not timed; a drifting baseline is inconclusive."""
+    contract_violations, sequential: {look, looks} (when the candidate arm stopped early),
+    conditions: {baseline, candidate}}. Failed requests are counted, never dropped; a cell
+    with a contract violation is reported and not timed; a drifting baseline or arms under
+    different conditions make it inconclusive, with the reason.
+
+    A cell that stopped at an interim look is judged at that look (candidate against the first
+    bracket, that look's alpha); one that ran to its last look against both brackets."""
     brackets = cell["baseline"]
     candidate = cell["candidate"]
     failures = {"baseline": sum(r.get("error") is not None for b in brackets for r in b),
@@ -86,25 +164,35 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0):
         result["reasons"].append(f"failed requests: {failures}")
     drift = bracket_drift(_ok(brackets[0], "e2e_s"), _ok(brackets[-1], "e2e_s")) if len(brackets) > 1 else 0.0
     result["baseline_drift"] = drift
-    for metric, lower in LOWER_IS_BETTER.items():
-        base = [v for b in brackets for v in _ok(b, metric)]
-        cand = _ok(candidate, metric)
-        if len(base) < 2 or len(cand) < 2:
-            result["metrics"][metric] = {"verdict": "inconclusive", "reason": "too few successful requests"}
-            continue
-        result["metrics"][metric] = metric_verdict(base, cand, lower, min_effect, alpha, seed)
+    sequential = cell.get("sequential") or {}
+    look, looks = sequential.get("look", 1), sequential.get("looks", 1)
+    level = look_alpha(look, looks, alpha / cells)
+    baseline = brackets[0] if look < looks else [r for b in brackets for r in b]
+    result["alpha"] = level
+    result["look"] = {"look": look, "looks": looks, "against": "first bracket" if look < looks else "both brackets"}
+    result["metrics"] = judge(baseline, candidate, level, min_effect, rule, seed)
+    problems = []
     if drift > drift_limit:
-        result["reasons"].append(f"baseline brackets drifted {drift:.1%} (limit {drift_limit:.0%})")
+        problems.append(f"baseline brackets drifted {drift:.1%} (limit {drift_limit:.0%})")
+    conditions = cell.get("conditions") or {}
+    different = conditions_problem(conditions.get("baseline"), conditions.get("candidate"),
+                                   {**CONDITION_LIMITS, **(condition_limits or {})})
+    if different:
+        problems.append(f"arms ran under different conditions: {different}")
+    for problem in problems:
+        result["reasons"].append(problem)
         for metric in result["metrics"].values():
-            metric["verdict"] = "inconclusive"
+            if metric["verdict"] in ("better", "worse"):
+                metric["verdict"] = "inconclusive"
     result["verdict"] = "timed"
     return result
 
 
 def decide(cells, rule=None):
-    """Overall decision. Default rule: acceptable only if no eligible cell is worse on TTFT or
-    E2E and at least one is better."""
-    rule = rule or {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}
+    """Overall decision from cells judged by cell_verdict (the error control is there, METHOD).
+    Default rule: acceptable only if no eligible cell is worse on TTFT or E2E and at least one
+    is better."""
+    rule = rule or DEFAULT_RULE
     eligible = [c for c in cells if c.get("eligible")]
     worse = [(c["cell"], m) for c in eligible for m in rule["guard"]
              if c["metrics"].get(m, {}).get("verdict") == "worse"]
@@ -113,9 +201,10 @@ def decide(cells, rule=None):
     reasons = [f"{cell} {metric} worse" for cell, metric in worse] + \
               [f"{cell} {metric} better" for cell, metric in better]
     if not eligible:
-        return {"decision": "inconclusive", "rule": rule, "reasons": ["no eligible cell"]}
+        return {"decision": "inconclusive", "rule": rule, "method": METHOD, "reasons": ["no eligible cell"]}
     if worse:
-        return {"decision": "reject", "rule": rule, "reasons": reasons}
+        return {"decision": "reject", "rule": rule, "method": METHOD, "reasons": reasons}
     if better:
-        return {"decision": "acceptable", "rule": rule, "reasons": reasons}
-    return {"decision": "inconclusive", "rule": rule, "reasons": reasons or ["no cell better"]}
+        return {"decision": "acceptable", "rule": rule, "method": METHOD, "reasons": reasons}
+    return {"decision": "inconclusive", "rule": rule, "method": METHOD,
+            "reasons": reasons or ["no cell better"] + [r for c in eligible for r in c["reasons"]]}

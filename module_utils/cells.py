@@ -9,6 +9,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible.module_utils.conditions import (
+    BENIGN_CLOCK_EVENTS,
+    CONDITION_LIMITS,
+    conditions_problem,
+    cpu_conditions,
+    cpu_times,
+)
 from ansible.module_utils.engine_client import chat as http_chat
 from ansible.module_utils.nvml_facts import decode_clock_events
 from ansible.module_utils.prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
@@ -34,7 +41,7 @@ class Telemetry:
 
     def __init__(self, interval_s):
         self.interval_s = interval_s
-        self.samples, self.reason = [], None
+        self.samples, self.reason, self.foreign = [], None, None  # foreign: compute processes on the GPUs
         self.stop_event = threading.Event()
         try:
             import pynvml as nvml
@@ -63,6 +70,12 @@ class Telemetry:
 
     def __enter__(self):
         if self.nvml:
+            n = self.nvml
+            try:  # the same engine in both arms holds the same count; another process changes it
+                self.foreign = sum(len(n.nvmlDeviceGetComputeRunningProcesses(n.nvmlDeviceGetHandleByIndex(i)))
+                                   for i in range(n.nvmlDeviceGetCount()))
+            except Exception:  # an unreadable count is left out, not fatal
+                self.foreign = None
             self.thread.start()
         return self
 
@@ -110,11 +123,58 @@ def run_cell(options):
         result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600))
         return request_record(index, result, words, pattern)
 
+    read_stat = options.get("read_stat", read_proc_stat)
     started = time.monotonic()
+    cpu_before = read_stat()
     with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, \
             ThreadPoolExecutor(max_workers=concurrency) as pool:
         records = list(pool.map(one, range(first, first + n)))
-    return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": telemetry.summary(),
+    cpu_after = read_stat()
+    summary = telemetry.summary()
+    return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": summary,
+            "conditions": chunk_conditions(cpu_before, cpu_after, summary, telemetry.foreign),
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}
                                     for r in records if r["contract_ok"] is False]}
+
+
+def read_proc_stat():
+    try:
+        with open("/proc/stat") as handle:
+            return cpu_times(handle.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def chunk_conditions(cpu_before, cpu_after, telemetry, gpu_processes=None):
+    """What could disturb this chunk's timings: the machine's CPU busy and steal fractions over
+    the chunk, and from NVML the hottest GPU's median temperature, the GPUs' median power, the
+    clock-event reasons seen (idle and set clocks left out) and other processes on the GPUs."""
+    out = cpu_conditions(cpu_before, cpu_after) if cpu_before and cpu_after else {"cpu_busy": None,
+                                                                                  "cpu_steal": None}
+    gpus = (telemetry or {}).get("gpus") or {}
+    out["temp_c"] = max((g["temp_c"]["median"] for g in gpus.values()), default=None)
+    out["power_w"] = sum(g["power_w"]["median"] for g in gpus.values()) if gpus else None
+    out["clock_events"] = sorted({e for g in gpus.values() for e in g.get("clock_events") or []}
+                                 - BENIGN_CLOCK_EVENTS)
+    out["gpu_processes"] = gpu_processes
+    return out
+
+
+def run_measured(options):
+    """run_cell, and while the chunk ran under conditions unlike the reference (the first
+    baseline bracket's), measure it again, at most remeasure_max times. The discarded attempts
+    are kept (their conditions and why); a chunk still unlike the reference is marked disturbed."""
+    reference = options.get("reference_conditions")
+    limits = {**CONDITION_LIMITS, **(options.get("condition_limits") or {})}
+    discarded = []
+    for _ in range(1 + max(0, int(options.get("remeasure_max", 2)))):
+        result = run_cell(options)
+        problem = conditions_problem(reference, result["conditions"], limits) if reference else None
+        if not problem:
+            break
+        discarded.append({"conditions": result["conditions"], "problem": problem,
+                          "e2e_s": [r["e2e_s"] for r in result["requests"]]})
+    result["remeasured"] = discarded[:-1] if problem else discarded
+    result["disturbed"] = problem
+    return result

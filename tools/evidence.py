@@ -48,10 +48,19 @@ def decision_record(run):
     final = verdict.get("decision", "inconclusive") if not outcome.get("failure") else "reject"
     return {"schema": DECISION_SCHEMA, "run_id": outcome.get("run_id"), "host": outcome.get("host"),
             "candidate_id": outcome.get("candidate_id"), "verdict": final, "rule": verdict.get("rule"),
+            "method": verdict.get("method"), "requests_per_arm": requests_per_arm(run),
             "reasons": reasons, "restored": bool(outcome.get("restored")),
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison")}
+
+
+def requests_per_arm(run):
+    """Requests each arm spent, over its cells (sequential cells stop early; re-measured chunks
+    are counted too, since they were spent)."""
+    arms = load(run, "cells.json", {}).get("arms", {})
+    return {arm: sum(len(c.get("requests", [])) + sum(len(r.get("e2e_s", [])) for r in c.get("remeasured") or [])
+                     for c in cells) for arm, cells in arms.items()}
 
 
 def latest_prediction(host_dir):
@@ -166,6 +175,11 @@ def render_card(run):
              f"Run: {outcome.get('run_id')}", "",
              f"Decision: **{decision['verdict']}** {rule}. "
              f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
+    if decision.get("method"):
+        lines += [f"Error control: {decision['method']}.", ""]
+    if decision.get("requests_per_arm"):
+        spent = ", ".join(f"{arm} {n}" for arm, n in decision["requests_per_arm"].items())
+        lines += [f"Requests spent per arm: {spent}.", ""]
     if double:
         lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
                   "and decides, never the real engine's performance.", ""]

@@ -4,6 +4,7 @@ skip policies, resume after a controller kill, starting over when the original c
 import json
 
 import pytest
+
 from serving_rollout import plan as executor
 
 
