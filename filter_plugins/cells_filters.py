@@ -84,6 +84,8 @@ def ab_cells(by_arm):
                       "sequential": arms["candidate"].get("sequential"),
                       "conditions": {"baseline": arms["baseline-1"].get("conditions"),
                                      "candidate": arms["candidate"].get("conditions")},
+                      "disturbed": [f"{arm}: {d}" for arm in ("candidate", "baseline-2")
+                                    for d in arms[arm].get("disturbed") or []],
                       "contract_violations": [dict(v, arm=arm) for arm, cell in arms.items()
                                               for v in cell["contract_violations"]]})
     return cells

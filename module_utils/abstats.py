@@ -2,9 +2,9 @@
 
 Deltas are relative: candidate median / baseline median - 1 (negative is faster for a
 latency). Error control is at the decision, not per test (METHOD): every (cell, rule metric,
-direction) is a one-sided Mann-Whitney test; alpha is split equally over the cells, each
-cell's share is spent over its looks (Haybittle-Peto: a small fixed alpha at interim looks,
-the rest at the last), and within a look Holm runs over the cell's tests. By the union bound
+direction) is a one-sided Mann-Whitney test; alpha is split equally over the cells and each
+cell's share equally over its looks (Bonferroni), and within a look Holm runs over the cell's
+tests. By the union bound
 the chance that identical arms get any verdict other than inconclusive is at most alpha,
 whatever the number of cells, metrics and looks. A metric is `better` or `worse` only when its
 test is rejected and the effect is at least `min_effect`; the bootstrap interval of the median
@@ -22,11 +22,9 @@ except ImportError:
 
 LOWER_IS_BETTER = {"ttft_s": True, "e2e_s": True, "decode_tps": False}
 DEFAULT_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}
-INTERIM_ALPHA = 0.001  # Haybittle-Peto: each interim look of a cell tests at this level
 METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (rule metrics x better/worse); "
-          "alpha split equally over the cells and spent over each cell's looks (Haybittle-Peto, interim "
-          f"{INTERIM_ALPHA}); a verdict also needs |median delta| >= min_effect; family-wise error <= alpha "
-          "for the decision (union bound)")
+          "alpha split equally over the cells and over each cell's looks (Bonferroni); a verdict also needs "
+          "|median delta| >= min_effect; family-wise error of the decision <= alpha (union bound)")
 
 
 def one_sided_p(baseline, candidate, lower_is_better=True):
@@ -49,12 +47,11 @@ def holm(pvalues, alpha):
 
 
 def look_alpha(look, looks, alpha):
-    """A cell's alpha at look `look` (1-based) of `looks`: INTERIM_ALPHA before the last look, the
-    rest of alpha at the last, so the looks together spend at most alpha."""
+    """A cell's alpha at each of its `looks` looks: an equal share (Bonferroni over the looks), so
+    the looks together spend at most alpha and an early look can stop a clear cell."""
     if not 1 <= look <= looks:
         raise ValueError(f"look must be within 1..{looks}, got {look}")
-    interim = min(INTERIM_ALPHA, alpha / (2 * looks))
-    return interim if look < looks else alpha - interim * (looks - 1)
+    return alpha / looks
 
 
 def summarize(values):
@@ -145,9 +142,10 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
                  condition_limits=None):
     """Verdicts per metric of one cell {name, baseline: [[...req], [...req]], candidate: [...req],
     contract_violations, sequential: {look, looks} (when the candidate arm stopped early),
-    conditions: {baseline, candidate}}. Failed requests are counted, never dropped; a cell
-    with a contract violation is reported and not timed; a drifting baseline or arms under
-    different conditions make it inconclusive, with the reason.
+    conditions: {baseline, candidate}, disturbed: [why a chunk stayed unlike the reference]}.
+    Failed requests are counted, never dropped; a cell with a contract violation is reported
+    and not timed; a drifting baseline, arms under different conditions or a chunk that stayed
+    disturbed make it inconclusive, with the reason.
 
     A cell that stopped at an interim look is judged at that look (candidate against the first
     bracket, that look's alpha); one that ran to its last look against both brackets."""
@@ -179,6 +177,8 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
                                    {**CONDITION_LIMITS, **(condition_limits or {})})
     if different:
         problems.append(f"arms ran under different conditions: {different}")
+    for chunk_problem in cell.get("disturbed") or []:
+        problems.append(f"a chunk stayed disturbed after re-measuring: {chunk_problem}")
     for problem in problems:
         result["reasons"].append(problem)
         for metric in result["metrics"].values():

@@ -77,3 +77,63 @@ def test_decision_acceptable_needs_one_better_and_none_worse():
 def test_too_few_values_are_refused():
     with pytest.raises(ValueError, match="need at least 2 values per arm, got 1 and 3"):
         abstats.bootstrap_median_delta([1.0], [1.0, 2.0, 3.0])
+
+
+def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
+    assert abstats.holm({"a": 0.001, "b": 0.02, "c": 0.03}, 0.05) == {"a", "b", "c"}  # .05/3, .05/2, .05
+    assert abstats.holm({"a": 0.001, "b": 0.03, "c": 0.04}, 0.05) == {"a"}  # b > .05/2: stop there
+    assert abstats.holm({}, 0.05) == set()
+
+
+def test_alpha_is_shared_equally_over_the_looks():
+    assert [abstats.look_alpha(k, 3, 0.025) for k in (1, 2, 3)] == pytest.approx([0.025 / 3] * 3)
+    with pytest.raises(ValueError, match="look must be within 1..3, got 4"):
+        abstats.look_alpha(4, 3, 0.05)
+
+
+def test_one_sided_p_values_point_the_right_way():
+    fast, slow = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5], [2.0, 2.1, 2.2, 2.3, 2.4, 2.5]
+    latency = abstats.one_sided_p(slow, fast, lower_is_better=True)
+    assert latency["better"] < 0.01 < 0.99 < latency["worse"]
+    rate = abstats.one_sided_p(slow, fast, lower_is_better=False)  # a lower rate is worse
+    assert rate["worse"] < 0.01 and rate["better"] > 0.99
+
+
+def test_a_sequential_cell_stops_early_on_a_large_effect_and_runs_on_an_identical_one():
+    rng = np.random.default_rng(11)
+    baseline = requests(rng, 12, 1.0)
+    large = requests(rng, 4, 0.8, ttft=0.04)  # 20 % faster, far outside 2 % noise: clear at the first look
+    look = abstats.sequential_look(baseline, large, 1, 3, 0.05, cells=2)
+    assert look["stop"] and look["metrics"]["e2e_s"] == "better" and look["alpha"] == pytest.approx(0.025 / 3)
+    same = requests(rng, 8, 1.0)
+    assert not abstats.sequential_look(baseline, same, 2, 3, 0.05, cells=2)["stop"]
+    assert not abstats.sequential_look(baseline, large, 3, 3, 0.05, cells=2)["stop"]  # the last look decides
+
+
+def test_a_cell_judged_at_its_stopping_look_against_the_first_bracket():
+    data = cell(12, cand_e2e=0.8)
+    data["candidate"] = data["candidate"][:4]
+    data["sequential"] = {"look": 1, "looks": 3}
+    result = abstats.cell_verdict(data, cells=2)
+    assert result["look"]["against"] == "first bracket" and result["alpha"] == pytest.approx(0.025 / 3)
+    assert result["metrics"]["e2e_s"]["verdict"] == "better"
+
+
+@pytest.mark.parametrize("conditions, disturbed, reason", [
+    ({"baseline": {"cpu_busy": 0.5}, "candidate": {"cpu_busy": 0.95}}, [], "host CPU busy 50% (baseline) vs 95%"),
+    ({"baseline": {"clock_events": []}, "candidate": {"clock_events": ["SwThermalSlowdown"]}}, [],
+     "clock events [] vs ['SwThermalSlowdown']"),
+    ({"baseline": {"gpu_processes": 2}, "candidate": {"gpu_processes": 3}}, [], "processes on the GPUs 2 vs 3"),
+    ({}, ["candidate: host CPU busy 50% (baseline) vs 97% (candidate)"], "a chunk stayed disturbed"),
+])
+def test_interference_makes_a_cell_inconclusive_never_better_or_worse(conditions, disturbed, reason):
+    data = cell(13, cand_e2e=1.2)  # what interference looks like: the candidate slower
+    data.update(conditions=conditions, disturbed=disturbed)
+    result = abstats.cell_verdict(data)
+    assert result["metrics"]["e2e_s"]["verdict"] == "inconclusive"
+    assert any(reason in r for r in result["reasons"]), result["reasons"]
+    assert abstats.decide([result])["decision"] == "inconclusive"
+
+
+def test_the_decision_states_its_error_control():
+    assert "Holm" in abstats.decide([abstats.cell_verdict(cell(14))])["method"]

@@ -74,3 +74,26 @@ def test_merge_and_progress_refuse_bad_input():
         cell_progress(None, 4)
     assert cell_progress({"requests": [{"error": "HTTP 500", "e2e_s": 0.1}]}, 4) == (
         "request 1 of 4, elapsed 0.0 s, running median E2E n/a")
+
+
+def test_cpu_conditions_from_proc_stat():
+    from ansible.module_utils.conditions import cpu_conditions, cpu_times
+
+    before = cpu_times("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    after = cpu_times("cpu  300 0 200 800 100 0 0 100 0 0\n")
+    assert before == (200, 1000, 0) and after == (600, 1500, 100)
+    assert cpu_conditions(before, after) == {"cpu_busy": 0.8, "cpu_steal": 0.2}
+
+
+def test_a_disturbed_chunk_is_measured_again_at_most_remeasure_max_times(monkeypatch):
+    from ansible.module_utils import cells
+
+    busy = iter([0.95, 0.97, 0.5])
+    monkeypatch.setattr(cells, "run_cell", lambda options: {
+        "requests": [{"e2e_s": 1.0}], "conditions": {"cpu_busy": next(busy), "cpu_steal": 0.0}})
+    result = cells.run_measured({"reference_conditions": {"cpu_busy": 0.5, "cpu_steal": 0.0}, "remeasure_max": 2})
+    assert result["disturbed"] is None and [r["conditions"]["cpu_busy"] for r in result["remeasured"]] == [0.95, 0.97]
+    busy = iter([0.95, 0.97, 0.99])
+    result = cells.run_measured({"reference_conditions": {"cpu_busy": 0.5, "cpu_steal": 0.0}, "remeasure_max": 2})
+    assert "host CPU busy 50% (baseline) vs 99% (candidate)" in result["disturbed"]
+    assert len(result["remeasured"]) == 2  # the kept attempt is not in the discarded list

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Figures for the A/B decision: error control at the decision, interference, sequential cells.
+
+Simulates the rollout's cell flow (the first baseline bracket, the candidate's cell looked at
+after every chunk and stopped when clear, the second bracket matched to it) with the engine
+TEST DOUBLE's latency model (tests/doubles/engine_double.py LatencyModel: its prefill and decode
+model, per-step noise, per-request noise) in place of HTTP, and judges with the project's own
+code (module_utils/abstats.py, conditions.py), so hundreds of seeded runs take seconds. Two
+cells (1k and 4k prompts) per run.
+
+Scenarios, RUNS seeded runs each:
+  aa            identical candidate: any decision other than inconclusive is false (<= 5 %)
+  aa-burst      identical candidate, and a time-boxed burst in the candidate arm slowing 30 % of
+                its requests by 10 %, seen in the host's CPU busy fraction as a real burst is:
+                re-measured or inconclusive, never a verdict (false decision <= 5 %)
+  aa-burst-blind  the same burst with the conditions not looked at (what today's design does)
+  gain5         a true 5 % E2E gain: acceptable in >= 90 % of runs (power)
+  fixed-*       the same with every arm at the fixed n (no sequential stopping), for the cost
+                comparison: mean requests per arm against the fixed n that reaches the same power
+
+Usage: .venv/bin/python bench/bench_ab_decisions.py [RUNS]   (writes bench/results-ab-decisions.json)
+"""
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "doubles"))
+sys.path.insert(0, str(REPO / "module_utils"))
+from abstats import cell_verdict, decide, sequential_look  # noqa: E402
+from conditions import CONDITION_LIMITS, conditions_problem, median_conditions  # noqa: E402
+from engine_double import LatencyModel  # noqa: E402
+
+# The lab's double (roles/lab_serving_host defaults) plus 3 % per-request noise for the client and
+# a busy machine (bench_ab_accuracy.py's "realistic noise").
+NOISE = {"DOUBLE_PREFILL_MS_PER_1K": "20", "DOUBLE_DECODE_MS_PER_TOKEN": "4", "DOUBLE_NOISE": "0.02",
+         "DOUBLE_REQUEST_NOISE": "0.03"}
+CELLS = (("1k", 1000), ("4k", 4000))
+OUTPUT_TOKENS = 80
+
+
+class Arm:
+    """One engine (arm) of the double's latency model, and the host's CPU busy signal."""
+
+    def __init__(self, seed, gain=0.0, burst=None):
+        env = {**NOISE, "DOUBLE_SEED": str(seed)}
+        if gain:
+            env["DOUBLE_EFFECT_P2P"] = f"prefill={gain},decode={gain}"
+        self.model = LatencyModel(env, {"p2p": bool(gain)})
+        self.rng = random.Random(seed + 7)
+        self.burst = burst  # (first request index, last) of the arm's requests slowed by 10 %
+        self.served = 0
+
+    def request(self, prompt_tokens):
+        factor = self.model.request_factor()
+        in_burst = self.burst and self.burst[0] <= self.served < self.burst[1]
+        self.served += 1
+        slow = 1.10 if in_burst else 1.0
+        ttft = self.model.ttft(prompt_tokens) * factor * slow
+        e2e = ttft + sum(self.model.decode() for _ in range(OUTPUT_TOKENS - 1)) * factor * slow
+        return {"ttft_s": ttft, "e2e_s": e2e, "decode_tps": (OUTPUT_TOKENS - 1) / (e2e - ttft), "error": None}, \
+            in_burst
+
+    def chunk(self, prompt_tokens, n):
+        rows = [self.request(prompt_tokens) for _ in range(n)]
+        busy = 0.95 if any(b for _, b in rows) else 0.5 + self.rng.uniform(-0.1, 0.1)
+        return [r for r, _ in rows], {"cpu_busy": busy, "cpu_steal": 0.0, "clock_events": [], "gpu_processes": 0}
+
+
+def measure(arm, prompt_tokens, n, reference, remeasure_max, watch):
+    """One chunk as latency_cell measures it: re-measured while unlike the reference; the
+    problem left, if the last attempt is still unlike it."""
+    spent, problem = 0, None
+    for _ in range(1 + remeasure_max):
+        rows, cond = arm.chunk(prompt_tokens, n)
+        spent += n
+        problem = conditions_problem(reference, cond, CONDITION_LIMITS) if watch and reference else None
+        if not problem:
+            break
+    return rows, cond, spent, problem
+
+
+def run(seed, gain=0.0, burst=False, n_max=12, chunk=4, sequential=True, watch=True, remeasure_max=2):
+    base = Arm(seed)
+    cand_burst = (int(0.35 * n_max), int(0.35 * n_max) + int(0.3 * n_max * len(CELLS))) if burst else None
+    cand = Arm(seed + 100000, gain, cand_burst)
+    looks = -(-n_max // chunk)
+    cells, spent = [], {"baseline-1": 0, "candidate": 0, "baseline-2": 0}
+    first = {}
+    for name, tokens in CELLS:
+        rows, conds = [], []
+        for _ in range(looks):
+            r, c, s, _ = measure(base, tokens, chunk, None, 0, watch)
+            rows += r
+            conds.append(c)
+            spent["baseline-1"] += s
+        first[name] = (rows, median_conditions(conds))
+    second_n = {}
+    cand_cells = {}
+    for name, tokens in CELLS:
+        rows, conds, look, disturbed = [], [], None, []
+        for k in range(1, looks + 1):
+            r, c, s, problem = measure(cand, tokens, chunk, first[name][1], remeasure_max, watch)
+            rows += r
+            conds.append(c)
+            spent["candidate"] += s
+            disturbed += [problem] if problem else []
+            if sequential:
+                look = sequential_look(first[name][0], rows, k, looks, 0.05, len(CELLS))
+                if look["stop"]:
+                    break
+        cand_cells[name] = (rows, median_conditions(conds), look, disturbed)
+        second_n[name] = len(rows)
+    for name, tokens in CELLS:
+        rows = []
+        for _ in range(-(-second_n[name] // chunk)):
+            r, _, s, _ = measure(base, tokens, chunk, None, 0, watch)
+            rows += r
+            spent["baseline-2"] += s
+        c_rows, c_cond, look, disturbed = cand_cells[name]
+        cell = {"name": name, "baseline": [first[name][0], rows[:second_n[name]]], "candidate": c_rows,
+                "sequential": {"look": look["look"], "looks": looks} if look else None,  # the last look taken
+                "conditions": {"baseline": first[name][1], "candidate": c_cond} if watch else {},
+                "disturbed": disturbed}
+        cells.append(cell_verdict(cell, cells=len(CELLS), seed=seed))
+    return decide(cells)["decision"], spent
+
+
+def scenario(runs, **kwargs):
+    decisions, per_arm = {}, []
+    for seed in range(runs):
+        decision, spent = run(seed, **kwargs)
+        decisions[decision] = decisions.get(decision, 0) + 1
+        per_arm.append(sum(spent.values()) / 3 / len(CELLS))
+    return {"runs": runs, "decisions": decisions, "mean_requests_per_arm_per_cell": sum(per_arm) / runs}
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    started = time.perf_counter()
+    fixed_n = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    out = {
+        "aa": scenario(runs),
+        "aa-burst": scenario(runs, burst=True),
+        "aa-burst-blind": scenario(runs, burst=True, watch=False),
+        "gain5": scenario(runs, gain=0.05),
+        "fixed-gain5": scenario(runs, gain=0.05, sequential=False, n_max=fixed_n),
+        "fixed-aa": scenario(runs, sequential=False, n_max=fixed_n),
+    }
+    out["false_decision_aa"] = 1 - out["aa"]["decisions"].get("inconclusive", 0) / runs
+    out["false_decision_aa_burst"] = 1 - out["aa-burst"]["decisions"].get("inconclusive", 0) / runs
+    out["power_gain5"] = out["gain5"]["decisions"].get("acceptable", 0) / runs
+    out["power_fixed_gain5"] = out["fixed-gain5"]["decisions"].get("acceptable", 0) / runs
+    out["requests_ratio"] = out["gain5"]["mean_requests_per_arm_per_cell"] / fixed_n
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
