@@ -15,6 +15,7 @@ from ansible.module_utils.conditions import (
     conditions_problem,
     cpu_conditions,
     cpu_times,
+    procs_running,
 )
 from ansible.module_utils.engine_client import chat as http_chat
 from ansible.module_utils.nvml_facts import decode_clock_events
@@ -126,16 +127,50 @@ def run_cell(options):
     read_stat = options.get("read_stat", read_proc_stat)
     started = time.monotonic()
     cpu_before = read_stat()
-    with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, \
+    with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, RunnableSampler() as runnable, \
             ThreadPoolExecutor(max_workers=concurrency) as pool:
         records = list(pool.map(one, range(first, first + n)))
     cpu_after = read_stat()
     summary = telemetry.summary()
+    conditions = chunk_conditions(cpu_before, cpu_after, summary, telemetry.foreign)
+    conditions["cpu_runnable"] = runnable.median()
     return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": summary,
-            "conditions": chunk_conditions(cpu_before, cpu_after, summary, telemetry.foreign),
+            "conditions": conditions,
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}
                                     for r in records if r["contract_ok"] is False]}
+
+
+class RunnableSampler:
+    """The host's runnable processes (/proc/stat procs_running) every 50 ms while a chunk runs:
+    a neighbour's busy processes show here whatever the machine's baseline load."""
+
+    def __init__(self, interval_s=0.05):
+        self.interval_s, self.samples = interval_s, []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop_event.is_set():
+            try:
+                with open("/proc/stat") as handle:
+                    value = procs_running(handle.read())
+            except OSError:
+                return
+            if value is not None:
+                self.samples.append(value)
+            self.stop_event.wait(self.interval_s)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join()
+
+    def median(self):
+        return statistics.median(self.samples) if self.samples else None
 
 
 def read_proc_stat():

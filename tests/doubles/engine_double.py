@@ -36,6 +36,9 @@ Configuration (environment, all optional):
       speedup:F               every latency of this process F (0-1) shorter: an effect far outside
                               any noise, for tests that need a verdict on a loaded machine
       slowdown:F              every latency of this process F longer (0.5: 1.5x): a sure reject
+      burst:S:F               for S seconds after ready a noisy neighbour: two busy processes
+                              on the host's CPUs and every latency F longer (interference
+                              that hits one arm only)
   DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
                               after this process's systemd unit (from /proc/self/cgroup)
                               adds its faults, so one unit of two sharing an
@@ -318,6 +321,11 @@ class Engine:
             return
         time.sleep(float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0")))
         self.model.ready_at = time.monotonic()
+        if "burst" in self.faults:
+            seconds = float((self.faults["burst"] or "30").split(":")[0])
+            for _ in range(2):  # real CPU load, as a neighbour's job would put on the host
+                subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
+                                  "while time.time() < end: pass"], start_new_session=True)
         self.ready.set()
         self.log(READY_LINE)
 
@@ -341,13 +349,21 @@ class Engine:
         """Yields as each of `count` tokens is due: the first after the time to first token, the
         rest one decode step apart, all scaled by this request's noise factor."""
         factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0)) \
-            * (1.0 + float(self.faults.get("slowdown") or 0.0))
+            * (1.0 + float(self.faults.get("slowdown") or 0.0)) * self.burst_factor()
         due = started + self.model.ttft(prompt_tokens) * factor
         for index in range(count):
             if index:
                 due += self.model.decode() * factor
             time.sleep(max(0.0, due - time.monotonic()))
             yield index
+
+    def burst_factor(self):
+        """1 + F while a burst:S:F fault's S seconds after ready last, else 1."""
+        if "burst" not in self.faults or self.model.ready_at is None:
+            return 1.0
+        seconds, _, extra = (self.faults["burst"] or "30:0.1").partition(":")
+        within = time.monotonic() - self.model.ready_at < float(seconds)
+        return 1.0 + float(extra or "0.1") if within else 1.0
 
     def request_done(self):
         with self.count_lock:

@@ -97,3 +97,13 @@ def test_a_disturbed_chunk_is_measured_again_at_most_remeasure_max_times(monkeyp
     result = cells.run_measured({"reference_conditions": {"cpu_busy": 0.5, "cpu_steal": 0.0}, "remeasure_max": 2})
     assert "host CPU busy 50% (baseline) vs 99% (candidate)" in result["disturbed"]
     assert len(result["remeasured"]) == 2  # the kept attempt is not in the discarded list
+
+
+def test_runnable_processes_from_proc_stat_and_a_neighbours_burst_is_named():
+    from ansible.module_utils.conditions import conditions_problem, procs_running
+
+    assert procs_running("cpu  1 2 3 4\nprocs_running 5\nprocs_blocked 0\n") == 5
+    assert procs_running("cpu  1 2 3 4\n") is None
+    limits = {"cpu_busy": 0.35, "cpu_steal": 0.05, "cpu_runnable": 1.5, "temp_c": 10, "power_frac": 0.15}
+    assert conditions_problem({"cpu_runnable": 2}, {"cpu_runnable": 4}, limits) == "runnable processes 2 vs 4"
+    assert conditions_problem({"cpu_runnable": 2}, {"cpu_runnable": 3}, limits) is None

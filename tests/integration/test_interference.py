@@ -1,0 +1,41 @@
+"""Interference that hits one arm only (the double's burst fault: two busy processes on the
+host and every latency 30 % longer for a while after the candidate is ready) is re-measured or
+makes the cell inconclusive, never a reject; the card and decision say what was spent."""
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from conftest import only_run_dir, run_playbook
+
+LAB = "serving-lab-gpu-1"
+FAULT = "/etc/engine-double/faults/sglang-candidate.service"
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
+
+
+def test_a_burst_in_the_candidate_arm_is_never_a_reject():
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo burst:45:0.3 > {FAULT}")
+    evidence = tempfile.mkdtemp(prefix="interference-")
+    try:
+        result = run_playbook("candidate.yml", {
+            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}],
+            "rollout_cell_requests": 8, "rollout_remeasure_max": 1}, inventory="inventory/lab", local=False)
+    finally:
+        lab("rm", "-f", FAULT, check=False)
+    assert result.returncode == 0, result.stdout[-4000:]
+    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    decision = json.loads((run / "decision.json").read_text())
+    verdict = json.loads((run / "ab-verdict.json").read_text())
+    cell = verdict["cells"][0]
+    assert decision["verdict"] != "reject", decision
+    assert decision["verdict"] == "inconclusive" and any(
+        "disturbed" in r or "different conditions" in r for r in cell["reasons"]), cell["reasons"]
+    cells = json.loads((run / "cells.json").read_text())["arms"]
+    assert cells["candidate"][0]["remeasured"], "the disturbed chunks were measured again first"
+    assert "runnable processes" in json.dumps(cells["candidate"][0]["remeasured"])
+    assert "Holm" in decision["method"] and decision["requests_per_arm"]["candidate"] > 8
+    assert "Requests spent per arm" in Path(run, "result-card.md").read_text()
