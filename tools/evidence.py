@@ -156,6 +156,14 @@ def restoration_text(outcome, restoration):
             f"{restoration.get('journal_errors')}, files equal to the snapshot: {len(restoration.get('files', []))}.")
 
 
+def looked(cell):
+    """'; judged at look k of K against ...' for a sequential cell, '' otherwise."""
+    look = cell.get("look") or {}
+    if look.get("looks", 1) <= 1:
+        return ""
+    return f"; judged at look {look['look']} of {look['looks']} against the {look['against']}"
+
+
 def render_card(run):
     run = Path(run)
     outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
@@ -211,7 +219,7 @@ def render_card(run):
         n = metrics.get("e2e_s", {}).get("candidate", {}).get("n")
         lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; n={n} per arm "
                      f"(baseline bracketed twice): median {'; '.join(parts)}; baseline drift "
-                     f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']} |")
+                     f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']}{looked(cell)} |")
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]
     checks = preflight.get("checks", [])
