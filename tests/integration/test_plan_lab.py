@@ -111,6 +111,8 @@ def test_a_plan_resumes_after_a_controller_kill(plan_file):
     finally:
         os.killpg(controller.pid, signal.SIGKILL)  # the controller dies with the candidate running
         controller.wait()
+        # ansible-runner starts ansible-playbook in a session of its own: it dies with the controller too
+        subprocess.run(["pkill", "-9", "-f", evidence], check=False)
     state = json.loads(next(Path(evidence).glob("plan-*/state.json")).read_text())
     assert state["candidates"]["p2p"]["status"] == "running"
     resumed = subprocess.run(plan_command(plan_file, evidence), cwd=REPO, capture_output=True, text=True,
