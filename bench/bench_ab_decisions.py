@@ -15,8 +15,10 @@ Scenarios, RUNS seeded runs each:
                 re-measured or inconclusive, never a verdict (false decision <= 5 %)
   aa-burst-blind  the same burst with the conditions not looked at (what today's design does)
   gain5         a true 5 % E2E gain: acceptable in >= 90 % of runs (power)
-  fixed-*       the same with every arm at the fixed n (no sequential stopping), for the cost
-                comparison: mean requests per arm against the fixed n that reaches the same power
+  fixed-*       the same with every arm at a fixed n (no sequential stopping), for the cost
+                comparison: mean requests per arm against today's fixed n (12) and against the
+                smallest fixed n that reaches 90 % power
+  *-lab-noise   the lab's double as provisioned (per-step noise only, no per-request noise)
 
 Usage: .venv/bin/python bench/bench_ab_decisions.py [RUNS]   (writes bench/results-ab-decisions.json)
 """
@@ -45,8 +47,8 @@ OUTPUT_TOKENS = 80
 class Arm:
     """One engine (arm) of the double's latency model, and the host's CPU busy signal."""
 
-    def __init__(self, seed, gain=0.0, burst=None):
-        env = {**NOISE, "DOUBLE_SEED": str(seed)}
+    def __init__(self, seed, gain=0.0, burst=None, noise=None):
+        env = {**NOISE, **(noise or {}), "DOUBLE_SEED": str(seed)}
         if gain:
             env["DOUBLE_EFFECT_P2P"] = f"prefill={gain},decode={gain}"
         self.model = LatencyModel(env, {"p2p": bool(gain)})
@@ -83,10 +85,11 @@ def measure(arm, prompt_tokens, n, reference, remeasure_max, watch):
     return rows, cond, spent, problem
 
 
-def run(seed, gain=0.0, burst=False, n_max=12, chunk=4, sequential=True, watch=True, remeasure_max=2):
-    base = Arm(seed)
+def run(seed, gain=0.0, burst=False, n_max=12, chunk=4, sequential=True, watch=True, remeasure_max=2,
+        noise=None):
+    base = Arm(seed, noise=noise)
     cand_burst = (int(0.35 * n_max), int(0.35 * n_max) + int(0.3 * n_max * len(CELLS))) if burst else None
-    cand = Arm(seed + 100000, gain, cand_burst)
+    cand = Arm(seed + 100000, gain, cand_burst, noise)
     looks = -(-n_max // chunk)
     cells, spent = [], {"baseline-1": 0, "candidate": 0, "baseline-2": 0}
     first = {}
@@ -142,6 +145,7 @@ def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     started = time.perf_counter()
     fixed_n = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    quiet = {"DOUBLE_REQUEST_NOISE": "0"}  # the lab's double as provisioned: per-step noise only
     out = {
         "aa": scenario(runs),
         "aa-burst": scenario(runs, burst=True),
@@ -149,14 +153,25 @@ def main():
         "gain5": scenario(runs, gain=0.05),
         "fixed-gain5": scenario(runs, gain=0.05, sequential=False, n_max=fixed_n),
         "fixed-aa": scenario(runs, sequential=False, n_max=fixed_n),
+        # the smallest fixed n per arm that reaches 90 % power, for the honest cost comparison
+        **{f"fixed-gain5-n{n}": scenario(runs, gain=0.05, sequential=False, n_max=n, chunk=n) for n in (4, 6, 8)},
+        "gain5-lab-noise": scenario(runs, gain=0.05, noise=quiet),
+        "aa-lab-noise": scenario(runs, noise=quiet),
     }
     out["false_decision_aa"] = 1 - out["aa"]["decisions"].get("inconclusive", 0) / runs
     out["false_decision_aa_burst"] = 1 - out["aa-burst"]["decisions"].get("inconclusive", 0) / runs
     out["power_gain5"] = out["gain5"]["decisions"].get("acceptable", 0) / runs
     out["power_fixed_gain5"] = out["fixed-gain5"]["decisions"].get("acceptable", 0) / runs
     out["requests_ratio"] = out["gain5"]["mean_requests_per_arm_per_cell"] / fixed_n
+    out["power_lab_noise"] = out["gain5-lab-noise"]["decisions"].get("acceptable", 0) / runs
+    out["false_decision_aa_lab_noise"] = 1 - out["aa-lab-noise"]["decisions"].get("inconclusive", 0) / runs
+    out["requests_ratio_lab_noise"] = out["gain5-lab-noise"]["mean_requests_per_arm_per_cell"] / fixed_n
+    powered = [n for n in (4, 6, 8) if out[f"fixed-gain5-n{n}"]["decisions"].get("acceptable", 0) / runs >= 0.9]
+    out["smallest_fixed_n_at_90pct_power"] = powered[0] if powered else ">8"
+    out["command"] = f".venv/bin/python bench/bench_ab_decisions.py {runs} {fixed_n}"
     out["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))
+    (REPO / "bench" / "results-ab-decisions.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

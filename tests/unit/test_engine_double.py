@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import statistics
 import subprocess
 import time
 
@@ -123,17 +122,21 @@ def measure(url, n=15, tokens=8):
                             "stream": True})
         assert result["ok"], result
         ttfts.append(result["ttft_s"])
-        decodes.append(result["e2e_s"] - result["ttft_s"])
-    return statistics.median(ttfts), statistics.median(decodes), result["usage"]["prompt_tokens"]
+        decodes.append(result["e2e_s"])
+    # The fastest of n: a busy machine only ever adds delay (scheduling, the GIL), never removes
+    # it, so the minimum is the double's own timing and holds while other jobs load the machine.
+    # (E2E, not E2E - TTFT: tokens are due on the schedule set at the start, so a late first
+    # token shortens the gap after it.)
+    return min(ttfts), min(decodes), result["usage"]["prompt_tokens"]
 
 
 def test_latency_follows_configured_model_within_2ms(engine_double):
     env = {"DOUBLE_BASE_TTFT_MS": "2", "DOUBLE_PREFILL_MS_PER_1K": "20", "DOUBLE_DECODE_MS_PER_TOKEN": "5"}
     double = engine_double(env)
-    ttft, decode, prompt_tokens = measure(double.url)
+    ttft, e2e, prompt_tokens = measure(double.url)
     expected_ttft = 0.002 + 0.020 * prompt_tokens / 1000
     assert abs(ttft - expected_ttft) < 0.002, (ttft, expected_ttft)
-    assert abs(decode - 7 * 0.005) < 0.002, decode
+    assert abs(e2e - expected_ttft - 7 * 0.005) < 0.002, (e2e, expected_ttft)
 
 
 def test_control_effect_makes_prefill_faster_by_the_configured_fraction(engine_double):
