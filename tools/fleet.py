@@ -152,17 +152,22 @@ def record(evidence, run_id, host, facts):
 
 
 def main(argv):
-    if len(argv) == 5 and argv[0] == "begin":
-        with locked(argv[1]):
-            print(json.dumps(begin(argv[1], argv[2], argv[3].split(","), argv[4].split(","))))
-    elif len(argv) == 4 and argv[0] == "record":
-        try:
-            facts = json.loads(sys.stdin.read())
-        except ValueError as exc:
-            raise SystemExit(f"record needs the host's outcome as JSON on stdin: {exc}") from None
-        with locked(argv[1]):
-            print(json.dumps(record(argv[1], argv[2], argv[3], facts)))
-    elif len(argv) == 3 and argv[0] == "summary":
+    try:
+        if len(argv) == 5 and argv[0] == "begin":
+            with locked(argv[1]):
+                print(json.dumps(begin(argv[1], argv[2], argv[3].split(","), argv[4].split(","))))
+            return
+        if len(argv) == 4 and argv[0] == "record":
+            try:
+                facts = json.loads(sys.stdin.read())
+            except ValueError as exc:
+                raise SystemExit(f"record needs the host's outcome as JSON on stdin: {exc}") from None
+            with locked(argv[1]):
+                print(json.dumps(record(argv[1], argv[2], argv[3], facts)))
+            return
+    except OSError as exc:  # a read-only or full evidence disk: the folder and the error, no traceback
+        raise SystemExit(f"evidence folder {argv[1]} is not writable: {exc.strerror}") from None
+    if len(argv) == 3 and argv[0] == "summary":
         path = Path(argv[1]) / f"fleet-{argv[2]}" / "summary.json"
         if not path.exists():
             raise SystemExit(f"no fleet run {argv[2]} under {argv[1]}")

@@ -72,3 +72,11 @@ def test_cli_record_needs_json_and_names_the_problem(tmp_path):
     assert bad.returncode != 0 and "record needs the host's outcome as JSON on stdin" in bad.stderr
     missing = subprocess.run([sys.executable, TOOL, "summary", tmp_path, "R9"], capture_output=True, text=True)
     assert missing.returncode != 0 and "no fleet run R9" in missing.stderr
+
+
+def test_an_unwritable_evidence_folder_is_named_without_a_traceback(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    result = subprocess.run([sys.executable, TOOL, "begin", blocked, "R3", "h1", "h1"], capture_output=True, text=True)
+    assert result.returncode != 0 and f"evidence folder {blocked} is not writable" in result.stderr
+    assert "Traceback" not in result.stderr
