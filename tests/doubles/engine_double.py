@@ -379,13 +379,22 @@ class Engine:
         seconds = self.faults.get("straggler") or "600"
         code = f"import time; time.sleep({float(seconds)})"
         command = [sys.executable, "-c", code, WORKER_TAG]
-        # Outside the unit's cgroup, like a container worker that outlives `docker run`.
-        # systemd-run returns once the transient unit has started: wait for it, or stopping
-        # this unit's cgroup could kill the request before the straggler exists.
+        # Outside the unit's cgroup, like a container worker that outlives `docker run`: a
+        # transient unit that systemd itself starts. --no-block: the request is sent before
+        # systemd-run returns, so it survives this unit's cgroup being stopped, and a busy systemd
+        # (it is stopping this very unit) cannot hold the stop up. A unique name, a logged failure.
         if os.path.exists("/run/systemd/system"):
-            subprocess.run(["systemd-run", "--quiet", "--collect", f"--unit={STRAGGLER_NAME}-{os.getpid()}",
-                            "--property=Description=engine double straggler"] + command,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+            name = f"{STRAGGLER_NAME}-{os.getpid()}-{random.randrange(16**8):08x}"
+            try:
+                done = subprocess.run(["systemd-run", "--quiet", "--no-block", "--collect", f"--unit={name}",
+                                       "--property=Description=engine double straggler"] + command,
+                                      capture_output=True, text=True, timeout=30, check=False)
+                if done.returncode:
+                    self.log(f"could not leave a straggler: systemd-run: {done.stderr.strip()[:200]}")
+                    return
+            except subprocess.TimeoutExpired:
+                self.log("could not leave a straggler: systemd-run did not answer in 30 s")
+                return
         else:
             subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)

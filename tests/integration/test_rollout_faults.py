@@ -108,7 +108,7 @@ def test_straggler_after_stop_is_waited_for(lab_baseline):
     result = rollout(rollout_gpu_free_timeout_s=90)
     assert result.returncode == 0, result.stdout[-3000:]
     waits = re.findall(r"waited ([0-9.]+) s for GPU workers to exit", result.stdout)
-    journal = lab("journalctl", "-u", "sglang-candidate.service", "-n", "8", "--no-pager", "-o", "cat",
+    journal = lab("journalctl", "-u", "sglang-candidate.service", "-n", "20", "--no-pager", "-o", "cat",
                   check=False).stdout
     assert waits and max(float(w) for w in waits) >= 1, (waits, journal)
     assert "FAILED - RETRYING" not in result.stdout  # a wait that ends well prints no failures
