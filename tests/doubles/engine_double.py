@@ -380,20 +380,27 @@ class Engine:
         code = f"import time; time.sleep({float(seconds)})"
         command = [sys.executable, "-c", code, WORKER_TAG]
         # Outside the unit's cgroup, like a container worker that outlives `docker run`: a
-        # transient unit that systemd itself starts. --no-block: the request is sent before
-        # systemd-run returns, so it survives this unit's cgroup being stopped, and a busy systemd
-        # (it is stopping this very unit) cannot hold the stop up. A unique name, a logged failure.
+        # transient unit that systemd itself starts. systemd is stopping this unit and signals
+        # every process that appears in its cgroup while it does, so a systemd-run started right
+        # after our SIGTERM can be killed in that race: try again a moment later.
         if os.path.exists("/run/systemd/system"):
-            name = f"{STRAGGLER_NAME}-{os.getpid()}-{random.randrange(16**8):08x}"
-            try:
-                done = subprocess.run(["systemd-run", "--quiet", "--no-block", "--collect", f"--unit={name}",
-                                       "--property=Description=engine double straggler"] + command,
-                                      capture_output=True, text=True, timeout=30, check=False)
-                if done.returncode:
-                    self.log(f"could not leave a straggler: systemd-run: {done.stderr.strip()[:200]}")
-                    return
-            except subprocess.TimeoutExpired:
-                self.log("could not leave a straggler: systemd-run did not answer in 30 s")
+            problem = None
+            for attempt in range(5):
+                name = f"{STRAGGLER_NAME}-{os.getpid()}-{attempt}"
+                try:
+                    done = subprocess.run(["systemd-run", "--quiet", "--no-block", "--collect", f"--unit={name}",
+                                           "--property=Description=engine double straggler"] + command,
+                                          capture_output=True, text=True, timeout=30, check=False)
+                except subprocess.TimeoutExpired:
+                    problem = "systemd-run did not answer in 30 s"
+                    continue
+                if done.returncode == 0:
+                    problem = None
+                    break
+                problem = f"systemd-run exited {done.returncode}: {done.stderr.strip()[:200]}"
+                time.sleep(0.2)
+            if problem:
+                self.log(f"could not leave a straggler: {problem}")
                 return
         else:
             subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
