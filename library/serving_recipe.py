@@ -100,9 +100,9 @@ comparison:
 
 import hashlib
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
 from ansible.module_utils.unit_recipe import (
     RecipeError,
@@ -191,19 +191,6 @@ def nccl_configuration(module, recipe, sections, state):
     if recipe["runtime"] == "process" and state.get("ActiveState") == "active":
         running = running_environment(state.get("ExecMainPID"), read_bytes, child_pids)
     return {**summary(sources, running), "notes": notes, "service_user": user}
-
-
-def write_atomic(path, text, mode, owner=None):
-    """Replace path with text in one step (a temporary file in the same folder, then rename)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, mode)
-    if owner:
-        os.chown(tmp, *owner)
-    os.replace(tmp, path)
 
 
 def write_copy(module, path, source, text, result):

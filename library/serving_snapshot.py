@@ -63,10 +63,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.unit_recipe import parse_env_file, redact_unit_text
 
 
@@ -105,16 +105,6 @@ def both_versions(entry, current_path):
     return "".join(difflib.unified_diff(redact_unit_text(before).splitlines(keepends=True),
                                         redact_unit_text(after).splitlines(keepends=True),
                                         fromfile=f"snapshot of {current_path}", tofile=f"{current_path} now"))
-
-
-def write_atomic(path, data, mode):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def main():
