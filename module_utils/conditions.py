@@ -1,6 +1,8 @@
 """What can disturb a timing, per chunk of requests, and whether two arms ran under the same
 conditions. Pure: no numpy, so it runs on the serving host inside latency_cell too."""
 
+import statistics
+
 # Host CPU busy fraction differing by more than 35 points, runnable processes (the median of
 # /proc/stat procs_running over the chunk) 1.5 apart, CPU steal above 5 %, GPU temperature 10 C
 # apart, GPU power 15 % apart, different clock-event reasons or processes on the GPUs.
@@ -66,11 +68,8 @@ def conditions_problem(baseline_conditions, candidate_conditions, limits):
 def median_conditions(chunks):
     """One arm's conditions from its chunks': medians of the numbers, the union of clock events."""
     def median(values):
-        values = sorted(v for v in values if v is not None)
-        if not values:
-            return None
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
 
     chunks = [c for c in chunks if c]
     if not chunks:

@@ -265,10 +265,6 @@ def main(argv=None):
             return EXIT_USAGE
         return run_plan_command(args, extravars)
     if args.command == "run":
-        if args.canary < 1 or args.batch_size < 1:
-            print(f"serving-rollout: --canary and --batch-size must be at least 1, got {args.canary} and "
-                  f"{args.batch_size}", file=sys.stderr)
-            return EXIT_USAGE
         extravars.update({"rollout_canary": args.canary, "rollout_batch_size": args.batch_size})
         kind, playbook = "run", PLAYBOOKS[args.playbook]
     else:

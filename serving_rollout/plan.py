@@ -156,13 +156,14 @@ def render_markdown(doc):
 
 def save(folder, state, plan, plan_path, policy):
     folder.mkdir(parents=True, exist_ok=True)
+    doc = report(plan, plan_path, state, policy)
     for name, text in (("state.json", json.dumps(state, indent=2, sort_keys=True) + "\n"),
-                       ("report.json", json.dumps(report(plan, plan_path, state, policy), indent=2,
-                                                  sort_keys=True) + "\n")):
+                       ("report.json", json.dumps(doc, indent=2, sort_keys=True) + "\n"),
+                       ("report.md", render_markdown(doc))):
         tmp = folder / f".{name}.tmp"
         tmp.write_text(text)
         tmp.replace(folder / name)
-    (folder / "report.md").write_text(render_markdown(report(plan, plan_path, state, policy)))
+    return doc
 
 
 def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="stop", say=print):
@@ -227,6 +228,6 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
         state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
         save(folder, state, plan, plan_path, policy)
         say(f"plan: {cid} {state['candidates'][cid]['outcome']}")
-    doc = report(plan, plan_path, state, policy)
+    doc = save(folder, state, plan, plan_path, policy)
     doc["folder"] = str(folder)
     return doc
