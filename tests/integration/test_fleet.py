@@ -13,6 +13,7 @@ from restored import restored_problems
 
 HOSTS = {"lab-gpu-1": "serving-lab-gpu-1", "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
+LAB_SECRETS = (b"lab-secret-6f1d0c9e2b7a4e58", b"hf_labSecretToken0123456789abcdef")  # lab_serving_host defaults
 SMALL = '{"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4}'
 
 
@@ -76,6 +77,11 @@ def test_a_fault_on_the_second_batchs_host_stops_the_fleet_with_it_restored(flee
     assert index["fleets"][-1]["hosts"] == {"lab-gpu-1": "acceptable", "lab-gpu-2": "failed, restored",
                                             "lab-gpu-3": "not-started"}
     assert not Path(evidence, "lab-gpu-3").exists()
+    # Runner's artifacts (every event, with module arguments and results) hold none of the lab's secrets.
+    for path in Path(evidence, "runner").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(secret in data for secret in LAB_SECRETS), path
 
 
 def test_rollback_fleet_wide(fleet):

@@ -35,6 +35,18 @@ def lab(*command, check=True, stdin=None):
                           input=stdin)
 
 
+def roll_out(unit, port, prefix, **extra):
+    """candidate.yml on the lab host against `unit` (its double on `port`), small cells; the
+    result and the evidence folder."""
+    evidence = tempfile.mkdtemp(prefix=prefix)
+    result = run_playbook("candidate.yml", {
+        "serving_recipe_unit": unit, "rollout_engine_port": port,
+        "rollout_gpu_process_pattern": f"engine_double.py .*--port {port}", "rollout_evidence_dir": evidence,
+        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2, **extra},
+        inventory="inventory/lab", local=False)
+    return result, evidence
+
+
 @pytest.fixture
 def template_unit():
     lab("sh", "-c", "cat > /etc/sglang/qwen.env && chmod 600 /etc/sglang/qwen.env", stdin=INSTANCE_ENV)
@@ -48,14 +60,9 @@ def template_unit():
 
 def test_template_instance_rolls_out_and_restores_byte_exact(template_unit):
     before = lab("sha256sum", "/etc/systemd/system/sglang@.service", "/etc/sglang/qwen.env").stdout
-    evidence = tempfile.mkdtemp(prefix="template-evidence-")
     expected = {"model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "tp_size": 4, "context_length": 32768,
                 "nccl_version": "2.28.9"}
-    result = run_playbook("candidate.yml", {
-        "serving_recipe_unit": "sglang@qwen.service", "rollout_engine_port": PORT, "serving_expected": expected,
-        "rollout_gpu_process_pattern": f"engine_double.py .*--port {PORT}", "rollout_evidence_dir": evidence,
-        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
-        inventory="inventory/lab", local=False)
+    result, evidence = roll_out("sglang@qwen.service", PORT, "template-evidence-", serving_expected=expected)
     assert result.returncode == 0, result.stdout[-4000:]
     assert lab("sha256sum", "/etc/systemd/system/sglang@.service", "/etc/sglang/qwen.env").stdout == before
     state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang@qwen.service").stdout
@@ -113,12 +120,7 @@ def test_a_control_held_in_an_environment_file_changes_in_the_candidates_own_cop
                     "systemctl enable --now sglang-ef.service", stdin=EF_UNIT)
     try:
         before = lab("sha256sum", "/etc/systemd/system/sglang-ef.service", "/etc/sglang-ef/nccl.env").stdout
-        evidence = tempfile.mkdtemp(prefix="envfile-evidence-")
-        result = run_playbook("candidate.yml", {
-            "serving_recipe_unit": "sglang-ef.service", "rollout_engine_port": EF_PORT,
-            "rollout_gpu_process_pattern": f"engine_double.py .*--port {EF_PORT}", "rollout_evidence_dir": evidence,
-            "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
-            inventory="inventory/lab", local=False)
+        result, evidence = roll_out("sglang-ef.service", EF_PORT, "envfile-evidence-")
         assert result.returncode == 0, result.stdout[-4000:]
         # The original unit and its EnvironmentFile are byte for byte as they were; the copy is gone.
         assert lab("sha256sum", "/etc/systemd/system/sglang-ef.service", "/etc/sglang-ef/nccl.env").stdout == before
@@ -189,12 +191,7 @@ def podman_unit():
 def test_a_podman_container_unit_rolls_out_and_restores_the_same_container(podman_unit):
     files = ["/etc/systemd/system/sglang-ctr.service", "/etc/sglang-ctr/nccl.env"]
     before = lab("sha256sum", *files).stdout
-    evidence = tempfile.mkdtemp(prefix="container-evidence-")
-    result = run_playbook("candidate.yml", {
-        "serving_recipe_unit": "sglang-ctr.service", "rollout_engine_port": CTR_PORT,
-        "rollout_gpu_process_pattern": f"engine_double.py .*--port {CTR_PORT}", "rollout_evidence_dir": evidence,
-        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 2},
-        inventory="inventory/lab", local=False)
+    result, evidence = roll_out("sglang-ctr.service", CTR_PORT, "container-evidence-")
     assert result.returncode == 0, result.stdout[-4000:]
     # Restored byte for byte, the same container name on the same image digest, no candidate left.
     assert lab("sha256sum", *files).stdout == before
