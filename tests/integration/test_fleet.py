@@ -84,11 +84,39 @@ def test_a_fault_on_the_second_batchs_host_stops_the_fleet_with_it_restored(flee
             assert not any(secret in data for secret in LAB_SECRETS), path
 
 
+def restoration(evidence, host):
+    return json.loads(next(Path(evidence, host).glob("rollback-*/restoration.json")).read_text())
+
+
 def test_rollback_fleet_wide(fleet):
+    # lab-gpu-3 was never changed (the fleet stopped before it); like a host no run ever reached, it has
+    # no snapshot, whatever earlier lab sessions left there.
+    on("lab-gpu-3", "rm", "-rf", "/var/lib/serving-rollout/sglang.service")
     evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
     result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     doc = json.loads(result.stdout)
     assert doc["hosts"] == [{"host": h, "outcome": "ok"} for h in HOSTS]
-    for host in HOSTS:
-        assert json.loads(next(Path(evidence, host).glob("rollback-*/restoration.json")).read_text())
+    for host in ("lab-gpu-1", "lab-gpu-2"):
+        proof = restoration(evidence, host)
+        assert proof["restored"] is True and proof["nothing_to_restore"] is False and proof["files"], proof
+    untouched = restoration(evidence, "lab-gpu-3")
+    assert untouched["restored"] is True and untouched["nothing_to_restore"] is True, untouched
+    assert untouched["state_after"]["ActiveState"] == "active" and untouched["files"] == []
+
+
+def test_rollback_refuses_a_candidate_unit_without_a_snapshot(fleet):
+    on("lab-gpu-3", "rm", "-rf", "/var/lib/serving-rollout/sglang.service")
+    on("lab-gpu-3", "cp", "/etc/systemd/system/sglang.service", "/etc/systemd/system/sglang-candidate.service")
+    try:
+        evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
+        result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json",
+                     "-e", '{"rollout_hosts": "lab-gpu-3"}')
+        assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
+        proof = restoration(evidence, "lab-gpu-3")
+        assert proof["restored"] is False
+        assert "sglang-candidate.service is installed but there is no snapshot of sglang.service" in proof["failure"]
+        # Refused before any change: the serving unit kept running.
+        assert "ActiveState=active" in identity("lab-gpu-3")[0]
+    finally:
+        on("lab-gpu-3", "rm", "-f", "/etc/systemd/system/sglang-candidate.service")
