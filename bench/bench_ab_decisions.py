@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Figures for the A/B decision: error control at the decision, interference, sequential cells.
 
-Simulates the rollout's cell flow (the first baseline bracket, the candidate's cell looked at
-after every chunk and stopped when clear, the second bracket matched to it) with the engine
+Simulates the rollout's cell flow (the first baseline bracket of two thirds of n, the candidate's
+cell of at most n looked at after every chunk and stopped when clear, the second bracket one chunk
+after an early stop and as long as the first otherwise) with the engine
 TEST DOUBLE's latency model (tests/doubles/engine_double.py LatencyModel: its prefill and decode
 model, per-step noise, per-request noise) in place of HTTP, and judges with the project's own
 code (module_utils/abstats.py, conditions.py), so hundreds of seeded runs take seconds. Two
@@ -19,6 +20,8 @@ Scenarios, RUNS seeded runs each:
                 comparison: mean requests per arm against today's fixed n (12) and against the
                 smallest fixed n that reaches 90 % power
   *-lab-noise   the lab's double as provisioned (per-step noise only, no per-request noise)
+Cost is the mean of requests per arm per cell (the three brackets' total / 3) against today's
+fixed n (every bracket 12), and beside it the smallest fixed n that reaches 90 % power.
 
 Usage: .venv/bin/python bench/bench_ab_decisions.py [RUNS]   (writes bench/results-ab-decisions.json)
 """
@@ -91,12 +94,13 @@ def run(seed, gain=0.0, burst=False, n_max=12, chunk=4, sequential=True, watch=T
     cand_burst = (int(0.35 * n_max), int(0.35 * n_max) + int(0.3 * n_max * len(CELLS))) if burst else None
     cand = Arm(seed + 100000, gain, cand_burst, noise)
     looks = -(-n_max // chunk)
+    bracket = -(-2 * n_max // 3) if sequential else n_max  # rollout_bracket_requests' default
     cells, spent = [], {"baseline-1": 0, "candidate": 0, "baseline-2": 0}
     first = {}
     for name, tokens in CELLS:
         rows, conds = [], []
-        for _ in range(looks):
-            r, c, s, _ = measure(base, tokens, chunk, None, 0, watch)
+        for _ in range(-(-bracket // chunk)):
+            r, c, s, _ = measure(base, tokens, min(chunk, bracket - len(rows)), None, 0, watch)
             rows += r
             conds.append(c)
             spent["baseline-1"] += s
@@ -116,11 +120,12 @@ def run(seed, gain=0.0, burst=False, n_max=12, chunk=4, sequential=True, watch=T
                 if look["stop"]:
                     break
         cand_cells[name] = (rows, median_conditions(conds), look, disturbed)
-        second_n[name] = len(rows)
+        # After an early stop the verdict is against the first bracket: the second is the drift check.
+        second_n[name] = min(chunk, bracket) if look and look["stop"] else bracket
     for name, tokens in CELLS:
         rows = []
         for _ in range(-(-second_n[name] // chunk)):
-            r, _, s, _ = measure(base, tokens, chunk, None, 0, watch)
+            r, _, s, _ = measure(base, tokens, min(chunk, second_n[name] - len(rows)), None, 0, watch)
             rows += r
             spent["baseline-2"] += s
         c_rows, c_cond, look, disturbed = cand_cells[name]
@@ -157,6 +162,8 @@ def main():
         **{f"fixed-gain5-n{n}": scenario(runs, gain=0.05, sequential=False, n_max=n, chunk=n) for n in (4, 6, 8)},
         "gain5-lab-noise": scenario(runs, gain=0.05, noise=quiet),
         "aa-lab-noise": scenario(runs, noise=quiet),
+        **{f"fixed-gain5-lab-noise-n{n}": scenario(runs, gain=0.05, sequential=False, n_max=n, chunk=n, noise=quiet)
+           for n in (4, 6)},
     }
     out["false_decision_aa"] = 1 - out["aa"]["decisions"].get("inconclusive", 0) / runs
     out["false_decision_aa_burst"] = 1 - out["aa-burst"]["decisions"].get("inconclusive", 0) / runs
@@ -168,6 +175,8 @@ def main():
     out["requests_ratio_lab_noise"] = out["gain5-lab-noise"]["mean_requests_per_arm_per_cell"] / fixed_n
     powered = [n for n in (4, 6, 8) if out[f"fixed-gain5-n{n}"]["decisions"].get("acceptable", 0) / runs >= 0.9]
     out["smallest_fixed_n_at_90pct_power"] = powered[0] if powered else ">8"
+    powered = [n for n in (4, 6) if out[f"fixed-gain5-lab-noise-n{n}"]["decisions"].get("acceptable", 0) / runs >= 0.9]
+    out["smallest_fixed_n_at_90pct_power_lab_noise"] = powered[0] if powered else ">6"
     out["command"] = f".venv/bin/python bench/bench_ab_decisions.py {runs} {fixed_n}"
     out["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))

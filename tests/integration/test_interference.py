@@ -39,3 +39,24 @@ def test_a_burst_in_the_candidate_arm_is_never_a_reject():
     assert "runnable processes" in json.dumps(cells["candidate"][0]["remeasured"])
     assert "Holm" in decision["method"] and decision["requests_per_arm"]["candidate"] > 8
     assert "Requests spent per arm" in Path(run, "result-card.md").read_text()
+
+
+def test_a_clear_gain_stops_the_candidates_cell_early_and_the_second_bracket_is_one_chunk():
+    # Latencies halved in the candidate: far outside any noise, so the first or second look is clear.
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5 > {FAULT}")
+    evidence = tempfile.mkdtemp(prefix="sequential-")
+    try:
+        result = run_playbook("candidate.yml", {
+            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}],
+            "rollout_cell_requests": 12}, inventory="inventory/lab", local=False)
+    finally:
+        lab("rm", "-f", FAULT, check=False)
+    assert result.returncode == 0, result.stdout[-4000:]
+    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    cell = json.loads((run / "ab-verdict.json").read_text())["cells"][0]
+    look = cell["look"]
+    assert look["against"] == "first bracket" and look["look"] < look["looks"] == 3, look
+    spent = json.loads((run / "decision.json").read_text())["requests_per_arm"]
+    # First bracket two thirds of 12; the candidate stopped at its look; the second bracket one chunk.
+    assert spent == {"baseline-1": 8, "candidate": 4 * look["look"], "baseline-2": 4}, spent
+    assert json.loads((run / "decision.json").read_text())["verdict"] == "acceptable"

@@ -68,7 +68,7 @@ def lab_baseline():
 
 
 def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
-    result = rollout(rollout_cell_progress_every=2)
+    result = rollout(rollout_cell_progress_every=2, rollout_bracket_requests=3)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
     assert "FAILED" not in result.stdout  # waits for health and GPUs print no failed retries on success
