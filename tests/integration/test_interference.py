@@ -17,17 +17,22 @@ def lab(*command, check=True):
     return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
-def test_a_burst_in_the_candidate_arm_is_never_a_reject():
-    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo burst:45:0.3 > {FAULT}")
+def rollout_with_candidate_fault(fault, **extra):
+    """A rollout of one 1k cell on the lab host with the double's fault in the candidate; its run dir."""
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo {fault} > {FAULT}")
     evidence = tempfile.mkdtemp(prefix="interference-")
     try:
         result = run_playbook("candidate.yml", {
-            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}],
-            "rollout_cell_requests": 8, "rollout_remeasure_max": 1}, inventory="inventory/lab", local=False)
+            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], **extra},
+            inventory="inventory/lab", local=False)
     finally:
         lab("rm", "-f", FAULT, check=False)
     assert result.returncode == 0, result.stdout[-4000:]
-    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    return only_run_dir(evidence, "lab-gpu-1", "rollout")
+
+
+def test_a_burst_in_the_candidate_arm_is_never_a_reject():
+    run = rollout_with_candidate_fault("burst:45:0.3", rollout_cell_requests=8, rollout_remeasure_max=1)
     decision = json.loads((run / "decision.json").read_text())
     verdict = json.loads((run / "ab-verdict.json").read_text())
     cell = verdict["cells"][0]
@@ -43,16 +48,7 @@ def test_a_burst_in_the_candidate_arm_is_never_a_reject():
 
 def test_a_clear_gain_stops_the_candidates_cell_early_and_the_second_bracket_is_one_chunk():
     # Latencies halved in the candidate: far outside any noise, so the first or second look is clear.
-    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5 > {FAULT}")
-    evidence = tempfile.mkdtemp(prefix="sequential-")
-    try:
-        result = run_playbook("candidate.yml", {
-            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}],
-            "rollout_cell_requests": 12}, inventory="inventory/lab", local=False)
-    finally:
-        lab("rm", "-f", FAULT, check=False)
-    assert result.returncode == 0, result.stdout[-4000:]
-    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    run = rollout_with_candidate_fault("speedup:0.5", rollout_cell_requests=12)
     cell = json.loads((run / "ab-verdict.json").read_text())["cells"][0]
     look = cell["look"]
     assert look["against"] == "first bracket" and look["look"] < look["looks"] == 3, look
