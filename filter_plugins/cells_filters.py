@@ -42,17 +42,16 @@ def merge_cell_chunks(chunks):
     return cell
 
 
-def ab_look(candidate, baseline, looks, alpha=0.05, cells=1, min_effect=0.02, rule=None):
-    """One interim look of a cell's candidate arm (merged so far) against its first baseline
+def ab_look(candidate, baseline, look, looks, alpha=0.05, cells=1, min_effect=0.02, rule=None):
+    """Look `look` of `looks` at a cell's candidate arm (merged so far) against its first baseline
     bracket (module_utils/abstats.sequential_look): stop now or go on, at the look's alpha."""
     from abstats import sequential_look
 
     if not isinstance(candidate, dict) or not isinstance(baseline, dict):
         raise AnsibleFilterError(f"ab_look needs two merged cells, got {candidate!r:.100} and {baseline!r:.100}")
-    look = -(-len(candidate["requests"]) * looks // max(len(baseline["requests"]), 1))  # chunks so far
     try:
-        return sequential_look(baseline["requests"], candidate["requests"], min(max(look, 1), looks), looks,
-                               alpha, cells, min_effect, rule)
+        return sequential_look(baseline["requests"], candidate["requests"], look, looks, alpha, cells, min_effect,
+                               rule)
     except ValueError as exc:
         raise AnsibleFilterError(f"ab_look: {exc}") from exc
 

@@ -42,7 +42,9 @@ def test_a_burst_in_the_candidate_arm_is_never_a_reject():
     cells = json.loads((run / "cells.json").read_text())["arms"]
     assert cells["candidate"][0]["remeasured"], "the disturbed chunks were measured again first"
     assert "runnable processes" in json.dumps(cells["candidate"][0]["remeasured"])
-    assert "Holm" in decision["method"] and decision["requests_per_arm"]["candidate"] > 8
+    # What was spent counts the discarded attempts too.
+    kept = len(cells["candidate"][0]["requests"])
+    assert "Holm" in decision["method"] and decision["requests_per_arm"]["candidate"] > kept
     assert "Requests spent per arm" in Path(run, "result-card.md").read_text()
 
 

@@ -3,7 +3,7 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.cells import Telemetry, run_cell
-from cells_filters import cell_progress, merge_cell_chunks
+from cells_filters import ab_look, cell_progress, merge_cell_chunks
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -107,3 +107,19 @@ def test_runnable_processes_from_proc_stat_and_a_neighbours_burst_is_named():
     limits = {"cpu_busy": 0.35, "cpu_steal": 0.05, "cpu_runnable": 1.5, "temp_c": 10, "power_frac": 0.15}
     assert conditions_problem({"cpu_runnable": 2}, {"cpu_runnable": 4}, limits) == "runnable processes 2 vs 4"
     assert conditions_problem({"cpu_runnable": 2}, {"cpu_runnable": 3}, limits) is None
+
+
+def test_ab_look_uses_the_look_it_is_given_whatever_the_brackets_size():
+    # A first bracket of 8 and a candidate's first chunk of 4 (of 12, looks of 4): look 1 of 3, and a
+    # candidate twice as fast with no overlap is clear there. (The look was once inferred from the
+    # bracket's size, which made this look 2 and the second chunk the last look, never stopping.)
+    def cell(e2e):
+        return {"requests": [{"ttft_s": v / 10, "e2e_s": v, "error": None} for v in e2e]}
+
+    baseline = cell([0.147, 0.148, 0.146, 0.150, 0.147, 0.149, 0.148, 0.146])
+    candidate = cell([0.072, 0.073, 0.071, 0.074])
+    look = ab_look(candidate, baseline, 1, 3, 0.05, 1)
+    assert look["look"] == 1 and look["stop"] is True and look["metrics"]["e2e_s"] == "better"
+    assert ab_look(candidate, baseline, 3, 3, 0.05, 1)["stop"] is False  # the last look decides, never stops
+    with pytest.raises(AnsibleFilterError, match="look must be within 1..3, got 4"):
+        ab_look(candidate, baseline, 4, 3)
