@@ -41,7 +41,10 @@ def test_a_burst_in_the_candidate_arm_is_never_a_reject():
         "disturbed" in r or "different conditions" in r for r in cell["reasons"]), cell["reasons"]
     cells = json.loads((run / "cells.json").read_text())["arms"]
     assert cells["candidate"][0]["remeasured"], "the disturbed chunks were measured again first"
-    assert "runnable processes" in json.dumps(cells["candidate"][0]["remeasured"])
+    # The burst shows as CPU busy and more runnable processes; which crosses its limit depends on
+    # what else the machine runs (a busy neighbour already raises the baseline's runnable count).
+    why = json.dumps(cells["candidate"][0]["remeasured"])
+    assert "host CPU busy" in why or "runnable processes" in why, why
     # What was spent counts the discarded attempts too.
     kept = len(cells["candidate"][0]["requests"])
     assert "Holm" in decision["method"] and decision["requests_per_arm"]["candidate"] > kept
