@@ -120,3 +120,22 @@ def test_rollback_refuses_a_candidate_unit_without_a_snapshot(fleet):
         assert "ActiveState=active" in identity("lab-gpu-3")[0]
     finally:
         on("lab-gpu-3", "rm", "-f", "/etc/systemd/system/sglang-candidate.service")
+
+
+def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_state(fleet):
+    on("lab-gpu-3", "rm", "-rf", "/var/lib/serving-rollout/sglang.service")
+    on("lab-gpu-3", "systemctl", "stop", "sglang.service")
+    try:
+        evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
+        result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json",
+                     "-e", '{"rollout_hosts": "lab-gpu-3"}')
+        assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
+        proof = restoration(evidence, "lab-gpu-3")
+        assert proof["restored"] is False
+        failure = " ".join(proof["failure"].split())
+        assert "no snapshot of sglang.service on this host (serving-rollout never changed it) and it is not " \
+               "serving: ActiveState=inactive UnitFileState=enabled LoadState=loaded" in failure, failure
+        # Nothing to restore from, so nothing is started or changed: the operator's stop stands.
+        assert "ActiveState=inactive" in identity("lab-gpu-3")[0]
+    finally:
+        on("lab-gpu-3", "systemctl", "start", "sglang.service")

@@ -216,6 +216,7 @@ def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
     ({"rollout_cells": [{"name": "4k", "prompt_tokens": 40}, {"name": "4k", "prompt_tokens": 80}]},
      "rollout_cells names ['4k', '4k']"),
     ({"rollout_cells": [{"name": "4k; rm", "prompt_tokens": 40}]}, "bad cell {'name': '4k; rm'"),
+    ({"rollout_bracket_requests": 1}, "rollout_bracket_requests=1 (at least 2 in a sequential cell)"),
 ])
 def test_bad_cell_settings_are_refused_before_any_change(lab_baseline, extra, named):
     result = rollout(**extra)
