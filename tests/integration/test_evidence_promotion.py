@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook
 
 LAB = "serving-lab-gpu-1"
 SECRETS = ("lab-secret-6f1d0c9e2b7a4e58", "hf_labSecretToken0123456789abcdef")
@@ -19,7 +19,7 @@ def lab(*command, check=True):
 
 def rollout(evidence, **extra):
     result = run_playbook("candidate.yml", {"rollout_evidence_dir": str(evidence), "rollout_cell_requests": 6,
-                                            "rollout_ready_timeout_s": 10, **extra},
+                                            "rollout_ready_timeout_s": 10, **CPU_SHARED_WITH_OTHER_JOBS, **extra},
                           inventory="inventory/lab", local=False)
     runs = sorted((evidence / "lab-gpu-1").glob("rollout-*"))
     return result, runs[-1]

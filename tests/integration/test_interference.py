@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import only_run_dir, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, only_run_dir, run_playbook
 
 LAB = "serving-lab-gpu-1"
 FAULT = "/etc/engine-double/faults/sglang-candidate.service"
@@ -53,7 +53,7 @@ def test_a_burst_in_the_candidate_arm_is_never_a_reject():
 
 def test_a_clear_gain_stops_the_candidates_cell_early_and_the_second_bracket_is_one_chunk():
     # Latencies halved in the candidate: far outside any noise, so the first or second look is clear.
-    run = rollout_with_candidate_fault("speedup:0.5", rollout_cell_requests=12)
+    run = rollout_with_candidate_fault("speedup:0.5", rollout_cell_requests=12, **CPU_SHARED_WITH_OTHER_JOBS)
     cell = json.loads((run / "ab-verdict.json").read_text())["cells"][0]
     look = cell["look"]
     assert look["against"] == "first bracket" and look["look"] < look["looks"] == 3, look

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from conftest import REPO, wait_for_lab_phase
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, wait_for_lab_phase
 from restored import restored_problems
 
 LAB = "serving-lab-gpu-1"
 FAULTS = "/etc/engine-double/faults"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
-SMALL = '{"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4}'
+SMALL = json.dumps({"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,
+                    **CPU_SHARED_WITH_OTHER_JOBS})
 PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [
     {"id": "p2p", "change": "NCCL_P2P_DISABLE=1 -> 0", "gate": "all gates, bracketed cells"},
     {"id": "scheduler-and-speculation", "change": "--chunked-prefill-size 4096", "gate": "all gates",
