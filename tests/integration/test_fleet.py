@@ -106,17 +106,23 @@ def test_rollback_fleet_wide(fleet):
     assert untouched["state_after"]["ActiveState"] == "active" and untouched["files"] == []
 
 
+def failed_rollback_of_lab_gpu_3():
+    """rollback.yml on lab-gpu-3 alone, expected to fail (exit 4); why, as its restoration record says."""
+    evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
+    result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json",
+                 "-e", '{"rollout_hosts": "lab-gpu-3"}')
+    assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
+    proof = restoration(evidence, "lab-gpu-3")
+    assert proof["restored"] is False
+    return " ".join(proof["failure"].split())
+
+
 def test_rollback_refuses_a_candidate_unit_without_a_snapshot(fleet):
     on("lab-gpu-3", "rm", "-rf", "/var/lib/serving-rollout/sglang.service")
     on("lab-gpu-3", "cp", "/etc/systemd/system/sglang.service", "/etc/systemd/system/sglang-candidate.service")
     try:
-        evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
-        result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json",
-                     "-e", '{"rollout_hosts": "lab-gpu-3"}')
-        assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
-        proof = restoration(evidence, "lab-gpu-3")
-        assert proof["restored"] is False
-        assert "sglang-candidate.service is installed but there is no snapshot of sglang.service" in proof["failure"]
+        failure = failed_rollback_of_lab_gpu_3()
+        assert "sglang-candidate.service is installed but there is no snapshot of sglang.service" in failure
         # Refused before any change: the serving unit kept running.
         assert "ActiveState=active" in identity("lab-gpu-3")[0]
     finally:
@@ -127,13 +133,7 @@ def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_s
     on("lab-gpu-3", "rm", "-rf", "/var/lib/serving-rollout/sglang.service")
     on("lab-gpu-3", "systemctl", "stop", "sglang.service")
     try:
-        evidence = tempfile.mkdtemp(prefix="fleet-rollback-")
-        result = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "--json",
-                     "-e", '{"rollout_hosts": "lab-gpu-3"}')
-        assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
-        proof = restoration(evidence, "lab-gpu-3")
-        assert proof["restored"] is False
-        failure = " ".join(proof["failure"].split())
+        failure = failed_rollback_of_lab_gpu_3()
         assert "no snapshot of sglang.service on this host (serving-rollout never changed it) and it is not " \
                "serving: ActiveState=inactive UnitFileState=enabled LoadState=loaded" in failure, failure
         # Nothing to restore from, so nothing is started or changed: the operator's stop stands.
