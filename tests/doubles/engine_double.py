@@ -33,6 +33,8 @@ Configuration (environment, all optional):
       ignore_p2p              print SHM transport even when P2P is allowed (no effect)
       fail_requests           answer every completion with HTTP 500
       startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
+      ready_after_removed:PATH  not ready while PATH exists (a test holds a run in its
+                              candidate-starting phase for as long as it needs, whatever the load)
       speedup:F               every latency of this process F (0-1) shorter: an effect far outside
                               any noise, for tests that need a verdict on a loaded machine
       slowdown:F              every latency of this process F longer (0.5: 1.5x): a sure reject
@@ -320,6 +322,8 @@ class Engine:
             self.log("waiting for workers (injected fault: hang_before_ready)")
             return
         time.sleep(float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0")))
+        while self.faults.get("ready_after_removed") and os.path.exists(self.faults["ready_after_removed"]):
+            time.sleep(0.2)
         self.model.ready_at = time.monotonic()
         if "burst" in self.faults:
             seconds = float((self.faults["burst"] or "30").split(":")[0])

@@ -2,6 +2,7 @@
 a killed run that the next run names, a candidate orphaned while running, and rollback.yml
 recovering every one of them with its own one-line outcome."""
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LOCK = "/var/lib/serving-rollout/sglang.service.lock"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
 EVIDENCE = tempfile.mkdtemp(prefix="trust-evidence-")
+HOLD = "/run/serving-rollout-test-hold-ready"
 FAST = {"rollout_ready_timeout_s": 30, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
         "rollout_cell_requests": 2, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
 
@@ -64,34 +66,46 @@ def lab_baseline():
     lab("rm", "-f", FAULTS)
 
 
+@contextlib.contextmanager
+def candidate_held_before_ready():
+    """The candidate is not ready until the block ends (the double's ready_after_removed fault): a run
+    stays in candidate-starting for as long as the test needs, however long a loaded machine takes."""
+    lab("sh", "-c", f"touch {HOLD} && mkdir -p /etc/engine-double/faults && "
+                    f"echo ready_after_removed:{HOLD} > {FAULTS}")
+    try:
+        yield
+    finally:
+        lab("rm", "-f", HOLD)
+
+
 def test_two_runs_with_the_same_run_id_cannot_share_the_lock(lab_baseline):
-    # The candidate starts slowly (20 s, within the 30 s ready timeout) so the first run holds the lock while
-    # the second starts; which phase it has reached by then depends on the machine's load, so any is accepted.
-    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo startup:20 > {FAULTS}")
-    first = start_background(run_id="20261130T120000Z")
-    wait_for_phase("candidate-starting")
-    second = run_playbook("candidate.yml", {**FAST, "run_id": "20261130T120000Z"}, inventory="inventory/lab",
-                          local=False)
-    text = re.sub(r"\s+", " ", second.stdout)
-    assert second.returncode != 0
-    assert "another rollout holds /var/lib/serving-rollout/sglang.service.lock: run 20261130T120000Z by" in text
-    assert re.search(r"last recorded phase '[a-z-]+'", text), text[-2000:]
+    with candidate_held_before_ready():
+        first = start_background(run_id="20261130T120000Z", rollout_ready_timeout_s=300)
+        wait_for_phase("candidate-starting")
+        second = run_playbook("candidate.yml", {**FAST, "run_id": "20261130T120000Z"}, inventory="inventory/lab",
+                              local=False)
+        text = re.sub(r"\s+", " ", second.stdout)
+        assert second.returncode != 0
+        assert "another rollout holds /var/lib/serving-rollout/sglang.service.lock: run 20261130T120000Z by" in text
+        assert "last recorded phase 'candidate-starting'" in text
+        assert lab("test", "-e", CANDIDATE).returncode == 0  # the first run's candidate is untouched
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out[-3000:]
     assert_restored(*lab_baseline)
 
 
 def test_killed_run_is_named_by_the_next_run_and_rollback_recovers(lab_baseline):
-    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo startup:15 > {FAULTS}")
-    proc = start_background()
-    wait_for_phase("candidate-starting")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    refused = run_playbook("candidate.yml", FAST, inventory="inventory/lab", local=False)
-    text = re.sub(r"\s+", " ", refused.stdout)
-    assert refused.returncode != 0
-    assert "last recorded phase 'candidate-starting'" in text and "if it was killed, run rollback.yml" in text
-    result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
+    with candidate_held_before_ready():
+        proc = start_background(rollout_ready_timeout_s=300)
+        wait_for_phase("candidate-starting")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        refused = run_playbook("candidate.yml", FAST, inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", refused.stdout)
+        assert refused.returncode != 0
+        assert "last recorded phase 'candidate-starting'" in text and "if it was killed, run rollback.yml" in text
+        result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab",
+                              local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
     assert "ROLLBACK: sglang.service restored and proven" in result.stdout
