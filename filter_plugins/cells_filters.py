@@ -42,15 +42,17 @@ def merge_cell_chunks(chunks):
     return cell
 
 
-def ab_look(candidate, baseline, look, looks, alpha=0.05, cells=1, min_effect=0.02, rule=None):
-    """Look `look` of `looks` at a cell's candidate arm (merged so far) against its first baseline
-    bracket (module_utils/abstats.sequential_look): stop now or go on, at the look's alpha."""
-    from abstats import sequential_look
+def ab_look(candidate, baseline, look, requests, chunk, bracket, alpha=0.05, cells=1, min_effect=0.02, rule=None):
+    """Look `look` at a cell's candidate arm (merged so far) against its first baseline bracket, in a
+    sequential cell of at most `requests` looked at every `chunk` with a first bracket of `bracket`
+    (module_utils/abstats.sequential_look): stop now or go on, at the design's boundary."""
+    from abstats import sequential_design, sequential_look
 
     if not isinstance(candidate, dict) or not isinstance(baseline, dict):
         raise AnsibleFilterError(f"ab_look needs two merged cells, got {candidate!r:.100} and {baseline!r:.100}")
     try:
-        return sequential_look(baseline["requests"], candidate["requests"], look, looks, alpha, cells, min_effect,
+        design = sequential_design(int(requests), int(chunk), int(bracket))
+        return sequential_look(baseline["requests"], candidate["requests"], look, design, alpha, cells, min_effect,
                                rule)
     except ValueError as exc:
         raise AnsibleFilterError(f"ab_look: {exc}") from exc

@@ -2,15 +2,26 @@
 
 Deltas are relative: candidate median / baseline median - 1 (negative is faster for a
 latency). Error control is at the decision, not per test (METHOD): every (cell, rule metric,
-direction) is a one-sided Mann-Whitney test; alpha is split equally over the cells and each
-cell's share equally over its looks (Bonferroni), and within a look Holm runs over the cell's
-tests. By the union bound
-the chance that identical arms get any verdict other than inconclusive is at most alpha,
-whatever the number of cells, metrics and looks. A metric is `better` or `worse` only when its
+direction) is a one-sided Mann-Whitney test; alpha is split equally over the cells, and within
+a look Holm runs over the cell's tests. Over a sequential cell's looks each test has a constant
+nominal boundary (look_boundary, Pocock-type) such that it crosses at any look with at most its
+share of the cell's alpha; ranks alone decide a Mann-Whitney test, so that chance is the same for
+every latency distribution and is computed once from simulated ranks. By the union bound the
+chance that identical arms get any verdict other than inconclusive is at most alpha, whatever
+the number of cells, metrics and looks. A metric is `better` or `worse` only when its
 test is rejected and the effect is at least `min_effect`; the bootstrap interval of the median
 delta is reported beside it. Drift between the baseline brackets or a difference in the arms'
 conditions can only make a cell inconclusive, which keeps the bound.
+
+A sequential cell stops at a look whose verdict is clear (STOPPING): a guard metric worse, or a
+need_better metric better while every other guard metric is shown no worse than `min_effect`
+(a one-sided Mann-Whitney test of non-inferiority at alpha). The non-inferiority test only
+gates stopping, it never makes a verdict, so the bound above holds for any stopping rule;
+without it a cell could stop on a better E2E while its TTFT, untested for harm at that size,
+was worse.
 """
+
+import functools
 
 import numpy as np
 from scipy import stats
@@ -22,36 +33,96 @@ except ImportError:
 
 LOWER_IS_BETTER = {"ttft_s": True, "e2e_s": True, "decode_tps": False}
 DEFAULT_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}
+STOPPING = ("a cell stops at a look when a guard metric is worse, or a need_better metric is better and every "
+            "other guard metric is shown no worse than min_effect (one-sided Mann-Whitney non-inferiority at "
+            "alpha); otherwise it runs to its last look, judged against both baseline brackets")
 METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (rule metrics x better/worse); "
-          "alpha split equally over the cells and over each cell's looks (Bonferroni); a verdict also needs "
-          "|median delta| >= min_effect; family-wise error of the decision <= alpha (union bound)")
+          "alpha split equally over the cells; over a cell's looks a constant nominal p-value boundary per Holm "
+          "step that one test crosses at any look with at most that step's level under identical arms (from the "
+          "permutation distribution of the ranks, simulated; never below Bonferroni over the looks); a verdict "
+          "also needs |median delta| >= min_effect; family-wise error of the decision <= alpha (union bound); "
+          + STOPPING)
+# Draws of simulated ranks behind a sequential boundary: its chance is estimated to about 2 % at 5e-3.
+BOUNDARY_DRAWS = 200_000
 
 
 def one_sided_p(baseline, candidate, lower_is_better=True):
     """{"better": p, "worse": p}: one-sided Mann-Whitney p-values that the candidate is better
     (lower latency, higher rate) or worse than the baseline."""
-    less = float(stats.mannwhitneyu(candidate, baseline, alternative="less").pvalue)
-    greater = float(stats.mannwhitneyu(candidate, baseline, alternative="greater").pvalue)
+    method = mann_whitney_method(len(candidate), len(baseline))
+    less = float(stats.mannwhitneyu(candidate, baseline, alternative="less", method=method).pvalue)
+    greater = float(stats.mannwhitneyu(candidate, baseline, alternative="greater", method=method).pvalue)
     return {"better": less, "worse": greater} if lower_is_better else {"better": greater, "worse": less}
 
 
+def mann_whitney_method(n_candidate, n_baseline):
+    """Exact p-values while the null distribution is small; the normal approximation beyond. The
+    tests and the boundary's simulation both use this, so they agree."""
+    return "exact" if n_candidate * n_baseline <= 2500 else "asymptotic"
+
+
 def holm(pvalues, alpha):
-    """The keys of {key: p} that Holm's step-down procedure rejects at family-wise level alpha."""
+    """The keys of {key: p} that Holm's step-down procedure rejects at family-wise level alpha, or,
+    when alpha is a function, at the nominal level alpha(left) with `left` hypotheses left (a
+    sequential boundary for the share alpha / left)."""
+    level = alpha if callable(alpha) else (lambda left: alpha / left)
     ordered = sorted(pvalues.items(), key=lambda item: item[1])
     rejected = set()
     for rank, (key, p) in enumerate(ordered):
-        if p > alpha / (len(ordered) - rank):
+        if p > level(len(ordered) - rank):
             break
         rejected.add(key)
     return rejected
 
 
-def look_alpha(look, looks, alpha):
-    """A cell's alpha at each of its `looks` looks: an equal share (Bonferroni over the looks), so
-    the looks together spend at most alpha and an early look can stop a clear cell."""
-    if not 1 <= look <= looks:
-        raise ValueError(f"look must be within 1..{looks}, got {look}")
-    return alpha / looks
+def sequential_design(requests, chunk, bracket):
+    """(candidate n, baseline n) at each look of a sequential cell: the candidate after every chunk
+    against the first bracket, and at the last look all its requests against both brackets (the
+    second is one chunk)."""
+    if min(requests, chunk, bracket) < 1:
+        raise ValueError(f"a sequential cell needs requests, chunk and bracket >= 1, got {requests}, {chunk}, "
+                         f"{bracket}")
+    looks = -(-requests // chunk)
+    return tuple((k * chunk, bracket) for k in range(1, looks)) + ((requests, bracket + min(chunk, bracket)),)
+
+
+@functools.lru_cache(maxsize=16)
+def _smallest_p_over_looks(design):
+    """Sorted: for each of BOUNDARY_DRAWS sets of identical arms (uniform values, seeded), the
+    smallest one-sided Mann-Whitney p-value over the looks of `design`."""
+    rng = np.random.default_rng(20261130)
+    candidate = rng.random((BOUNDARY_DRAWS, max(c for c, _ in design)))
+    baseline = rng.random((BOUNDARY_DRAWS, max(b for _, b in design)))
+    smallest = np.ones(BOUNDARY_DRAWS)
+    for n_candidate, n_baseline in design:
+        p = stats.mannwhitneyu(candidate[:, :n_candidate], baseline[:, :n_baseline], axis=1, alternative="less",
+                               method=mann_whitney_method(n_candidate, n_baseline)).pvalue
+        np.minimum(smallest, p, out=smallest)
+    return np.sort(smallest)
+
+
+@functools.lru_cache(maxsize=64)
+def look_boundary(design, level):
+    """The nominal one-sided p-value at or below which one test rejects at a look of `design` (see
+    sequential_design), chosen so that under identical arms it crosses at any look with chance at
+    most `level`: the largest p-value whose simulated chance plus two standard errors stays within
+    level. Never below level / looks (Bonferroni, which needs no simulation); one look: level."""
+    if len(design) == 1:
+        return level
+    smallest = _smallest_p_over_looks(design)
+    values = np.unique(smallest)
+    chance = np.searchsorted(smallest, values, side="right") / smallest.size
+    within = chance + 2 * np.sqrt(chance * (1 - chance) / smallest.size) <= level
+    simulated = float(values[within].max()) if within.any() else 0.0
+    return max(level / len(design), simulated)
+
+
+def boundary(design, alpha):
+    """Holm's nominal level for a cell with share `alpha`, as a function of the hypotheses left:
+    plain Holm without a design (one look), the sequential boundary with one."""
+    if not design:
+        return alpha
+    return lambda left: look_boundary(design, alpha / left)
 
 
 def summarize(values):
@@ -85,10 +156,11 @@ def bootstrap_median_delta(baseline, candidate, n_boot=2000, confidence=0.95, se
     return float(ratio(a, b)), float(interval.low), float(interval.high)
 
 
-def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0):
+def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0, interval=True):
     """Verdicts of one comparison (one look of one cell): baseline and candidate are request
-    records. The rule's metrics are tested one-sided both ways, Holm over them at `alpha`; the
-    other metrics are reported, not tested."""
+    records. The rule's metrics are tested one-sided both ways, Holm over them at `alpha` (a level,
+    or a boundary: see holm); the other metrics are reported, not tested. interval=False leaves out
+    the bootstrap interval (an interim look needs only the verdicts)."""
     rule = rule or DEFAULT_RULE
     tested = [m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])]
     metrics, family = {}, {}
@@ -97,11 +169,12 @@ def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0):
         if len(base) < 2 or len(cand) < 2:
             metrics[metric] = {"verdict": "inconclusive", "reason": "too few successful requests"}
             continue
-        delta, low, high = bootstrap_median_delta(base, cand, seed=seed)
         p = one_sided_p(base, cand, lower)
-        metrics[metric] = {"verdict": "inconclusive" if metric in tested else "reported", "delta": delta,
-                           "ci": [low, high], "p_better": p["better"], "p_worse": p["worse"],
-                           "baseline": summarize(base), "candidate": summarize(cand)}
+        metrics[metric] = {"verdict": "inconclusive" if metric in tested else "reported",
+                           "delta": float(np.median(cand) / np.median(base) - 1.0), "p_better": p["better"],
+                           "p_worse": p["worse"], "baseline": summarize(base), "candidate": summarize(cand)}
+        if interval:
+            metrics[metric]["ci"] = list(bootstrap_median_delta(base, cand, seed=seed)[1:])
         if metric in tested:
             family.update({(metric, "better"): p["better"], (metric, "worse"): p["worse"]})
     for metric, direction in holm(family, alpha):
@@ -110,22 +183,48 @@ def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0):
     return metrics
 
 
-def clear(metrics, rule=None):
-    """A look's verdicts are clear enough to stop: a guard metric worse, or every need_better
-    metric better."""
+def noninferior_p(baseline, candidate, margin, lower_is_better=True):
+    """One-sided Mann-Whitney p-value that the candidate is no worse than the baseline by more than
+    `margin` (relative): the candidate scaled back by the margin is tested better than the
+    baseline. Small when the candidate is clearly no worse."""
+    scale = 1.0 + margin if lower_is_better else 1.0 - margin
+    return one_sided_p(baseline, [v / scale for v in candidate], lower_is_better)["better"]
+
+
+def clear(metrics, rule=None, noninferior=None):
+    """A look's verdicts are clear enough to stop (STOPPING): a guard metric worse, or a need_better
+    metric better while every other guard metric is better or in `noninferior` (shown no worse)."""
     rule = rule or DEFAULT_RULE
     verdicts = {m: v.get("verdict") for m, v in metrics.items()}
-    return any(verdicts.get(m) == "worse" for m in rule["guard"]) or \
-        all(verdicts.get(m) == "better" for m in rule["need_better"])
+    if any(verdicts.get(m) == "worse" for m in rule["guard"]):
+        return True
+    shown_safe = set(noninferior or ()) | {m for m, v in verdicts.items() if v == "better"}
+    return any(verdicts.get(m) == "better" for m in rule["need_better"]) and set(rule["guard"]) <= shown_safe
 
 
-def sequential_look(baseline, candidate, look, looks, alpha, cells, min_effect=0.02, rule=None):
-    """One interim look of a cell's candidate arm against its first baseline bracket: whether to
-    stop now, and the verdicts at this look's alpha (the cell's share, alpha / cells)."""
-    level = look_alpha(look, looks, alpha / cells)
-    metrics = judge(baseline, candidate, level, min_effect, rule)
-    return {"look": look, "looks": looks, "alpha": level, "stop": look < looks and clear(metrics, rule),
-            "n": len(candidate), "metrics": {m: v.get("verdict") for m, v in metrics.items()}}
+def sequential_look(baseline, candidate, look, design, alpha, cells, min_effect=0.02, rule=None):
+    """Look `look` of a cell's candidate arm against its first baseline bracket, `design` the cell's
+    looks (sequential_design): whether to stop now (STOPPING), and the verdicts at the boundary for
+    the cell's share of alpha (alpha / cells)."""
+    rule = rule or DEFAULT_RULE
+    design = tuple(tuple(sizes) for sizes in design)
+    if not 1 <= look <= len(design):
+        raise ValueError(f"look must be within 1..{len(design)}, got {look}")
+    metrics = judge(baseline, candidate, boundary(design, alpha / cells), min_effect, rule, interval=False)
+    noninferior = {}
+    for metric in rule["guard"]:
+        base, cand = _ok(baseline, metric), _ok(candidate, metric)
+        if len(base) >= 2 and len(cand) >= 2:
+            noninferior[metric] = noninferior_p(base, cand, min_effect, LOWER_IS_BETTER[metric])
+    shown = [m for m, p in noninferior.items() if p <= alpha]
+    return {"look": look, "looks": len(design), "design": [list(sizes) for sizes in design], "alpha": alpha / cells,
+            "boundary": look_boundary(design, alpha / cells / _family_size(rule)),
+            "stop": look < len(design) and clear(metrics, rule, shown), "n": len(candidate),
+            "metrics": {m: v.get("verdict") for m, v in metrics.items()}, "noninferior_p": noninferior}
+
+
+def _family_size(rule):
+    return 2 * len([m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])])
 
 
 def bracket_drift(first, second):
@@ -141,14 +240,14 @@ def _ok(requests, key):
 def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, rule=None, cells=1,
                  condition_limits=None):
     """Verdicts per metric of one cell {name, baseline: [[...req], [...req]], candidate: [...req],
-    contract_violations, sequential: {look, looks} (when the candidate arm stopped early),
+    contract_violations, sequential: {look, looks, design} (the candidate's last look),
     conditions: {baseline, candidate}, disturbed: [why a chunk stayed unlike the reference]}.
     Failed requests are counted, never dropped; a cell with a contract violation is reported
     and not timed; a drifting baseline, arms under different conditions or a chunk that stayed
     disturbed make it inconclusive, with the reason.
 
     A cell that stopped at an interim look is judged at that look (candidate against the first
-    bracket, that look's alpha); one that ran to its last look against both brackets."""
+    bracket); one that ran to its last look against both brackets; both at the design's boundary."""
     brackets = cell["baseline"]
     candidate = cell["candidate"]
     failures = {"baseline": sum(r.get("error") is not None for b in brackets for r in b),
@@ -164,10 +263,12 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
     result["baseline_drift"] = drift
     sequential = cell.get("sequential") or {}
     look, looks = sequential.get("look", 1), sequential.get("looks", 1)
-    level = look_alpha(look, looks, alpha / cells)
+    design = tuple(tuple(sizes) for sizes in sequential.get("design") or ())
     baseline = brackets[0] if look < looks else [r for b in brackets for r in b]
-    result["alpha"] = level
+    result["alpha"] = alpha / cells
     result["look"] = {"look": look, "looks": looks, "against": "first bracket" if look < looks else "both brackets"}
+    # A record without its design (written before the boundary): Bonferroni over its looks, valid as ever.
+    level = boundary(design, alpha / cells) if design or looks == 1 else alpha / cells / looks
     result["metrics"] = judge(baseline, candidate, level, min_effect, rule, seed)
     problems = []
     if drift > drift_limit:

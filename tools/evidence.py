@@ -216,9 +216,11 @@ def render_card(run):
                  f"{pct((metrics[key].get('ci') or [None, None])[1])}] {metrics[key]['verdict']}"
                  for key, name in (("ttft_s", "TTFT"), ("e2e_s", "E2E"), ("decode_tps", "decode"))
                  if key in metrics and "delta" in metrics[key]]
-        n = metrics.get("e2e_s", {}).get("candidate", {}).get("n")
-        lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; n={n} per arm "
-                     f"(baseline bracketed twice): median {'; '.join(parts)}; baseline drift "
+        spent = {arm: sum(len(c["requests"]) for c in arm_cells if c["name"] == cell["cell"])
+                 for arm, arm_cells in cells.items()}
+        lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; n: candidate "
+                     f"{spent.get('candidate')}, baseline {spent.get('baseline-1')} + {spent.get('baseline-2')} "
+                     f"(bracketed): median {'; '.join(parts)}; baseline drift "
                      f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']}{looked(cell)} |")
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]

@@ -74,7 +74,7 @@ def test_card_re_renders_from_the_run_directory(good_run):
     card = subprocess.run([*EVIDENCE_TOOL, "card", str(run)], capture_output=True, text=True, check=True).stdout
     assert card == (run / "result-card.md").read_text()
     assert "| Delta | env:NCCL_P2P_DISABLE: '1' -> '0' |" in card
-    assert re.search(r"\| 4k target \| \d+ actual prompt tokens p50; n=6 per arm", card)
+    assert re.search(r"\| 4k target \| \d+ actual prompt tokens p50; n: candidate [1-6], baseline 4 \+ 4 ", card)
     assert "P2P/IPC both directions, no SHM" in card
     # The lab host has no NVML: the card says so for every arm of every cell, rather than nothing.
     assert len(re.findall(r"^- (1k|4k) (baseline-1|candidate|baseline-2): not recorded \(NVML not available",

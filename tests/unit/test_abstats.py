@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from ansible.module_utils import abstats
+from scipy import stats
 
 
 def requests(rng, n, e2e, ttft=0.05, noise=0.02):
@@ -85,10 +86,43 @@ def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
     assert abstats.holm({}, 0.05) == set()
 
 
-def test_alpha_is_shared_equally_over_the_looks():
-    assert [abstats.look_alpha(k, 3, 0.025) for k in (1, 2, 3)] == pytest.approx([0.025 / 3] * 3)
-    with pytest.raises(ValueError, match="look must be within 1..3, got 4"):
-        abstats.look_alpha(4, 3, 0.05)
+DESIGN = abstats.sequential_design(12, 4, 8)  # the default cell: 12 at most, chunks of 4, first bracket 8
+
+
+def test_a_sequential_cell_looks_after_every_chunk_and_last_against_both_brackets():
+    assert DESIGN == ((4, 8), (8, 8), (12, 12))
+    assert abstats.sequential_design(10, 4, 3) == ((4, 3), (8, 3), (10, 6))  # second bracket: one chunk at most
+    with pytest.raises(ValueError, match="requests, chunk and bracket >= 1, got 12, 0, 8"):
+        abstats.sequential_design(12, 0, 8)
+
+
+def crossing_chance(design, nominal, draws, seed, distribution):
+    """The chance that one test crosses `nominal` at any look under identical arms, by an independent
+    simulation (another seed, another latency distribution than the boundary's uniform ranks)."""
+    rng = np.random.default_rng(seed)
+    candidate = distribution(rng, (draws, design[-1][0]))
+    baseline = distribution(rng, (draws, design[-1][1]))
+    crossed = np.zeros(draws, dtype=bool)
+    for n_candidate, n_baseline in design:
+        p = stats.mannwhitneyu(candidate[:, :n_candidate], baseline[:, :n_baseline], axis=1, alternative="less",
+                               method=abstats.mann_whitney_method(n_candidate, n_baseline)).pvalue
+        crossed |= p <= nominal
+    return crossed.mean()
+
+
+@pytest.mark.parametrize("level", [0.025 / 4, 0.025])
+def test_the_sequential_boundary_keeps_a_test_within_its_level_over_all_looks(level):
+    nominal = abstats.look_boundary(DESIGN, level)
+    assert nominal >= level / 3  # never below Bonferroni over the three looks
+    # Latencies skewed and heavy-tailed (lognormal): ranks alone decide, so the chance holds for them too.
+    chance = crossing_chance(DESIGN, nominal, 100_000, 7, lambda rng, size: rng.lognormal(0, 1, size))
+    assert chance <= level + 3 * np.sqrt(level / 100_000), (nominal, chance)
+    assert abstats.look_boundary(((12, 24),), level) == level  # one look: the level itself
+
+
+def test_holm_with_a_boundary_uses_each_steps_level():
+    levels = {3: 0.01, 2: 0.02, 1: 0.04}
+    assert abstats.holm({"a": 0.005, "b": 0.015, "c": 0.05}, levels.get) == {"a", "b"}
 
 
 def test_one_sided_p_values_point_the_right_way():
@@ -103,19 +137,49 @@ def test_a_sequential_cell_stops_early_on_a_large_effect_and_runs_on_an_identica
     rng = np.random.default_rng(11)
     baseline = requests(rng, 12, 1.0)
     large = requests(rng, 4, 0.8, ttft=0.04)  # 20 % faster, far outside 2 % noise: clear at the first look
-    look = abstats.sequential_look(baseline, large, 1, 3, 0.05, cells=2)
-    assert look["stop"] and look["metrics"]["e2e_s"] == "better" and look["alpha"] == pytest.approx(0.025 / 3)
+    look = abstats.sequential_look(baseline, large, 1, DESIGN, 0.05, cells=2)
+    assert look["stop"] and look["metrics"]["e2e_s"] == "better" and look["alpha"] == pytest.approx(0.025)
+    assert look["boundary"] == abstats.look_boundary(DESIGN, 0.025 / 4)  # Holm's first step over 4 tests
     same = requests(rng, 8, 1.0)
-    assert not abstats.sequential_look(baseline, same, 2, 3, 0.05, cells=2)["stop"]
-    assert not abstats.sequential_look(baseline, large, 3, 3, 0.05, cells=2)["stop"]  # the last look decides
+    assert not abstats.sequential_look(baseline, same, 2, DESIGN, 0.05, cells=2)["stop"]
+    assert not abstats.sequential_look(baseline, large, 3, DESIGN, 0.05, cells=2)["stop"]  # the last look decides
+    with pytest.raises(ValueError, match="look must be within 1..3, got 4"):
+        abstats.sequential_look(baseline, large, 4, DESIGN, 0.05, cells=2)
+
+
+def test_a_cell_stops_on_one_better_metric_only_once_the_other_guard_is_shown_no_worse():
+    def rows(e2e, ttft):
+        return [{"ttft_s": t, "e2e_s": e, "error": None} for e, t in zip(e2e, ttft, strict=True)]
+
+    baseline = rows([0.99, 1.0, 1.01, 1.0, 0.995, 1.005, 0.998, 1.002],
+                    [0.0499, 0.0500, 0.0501, 0.0500, 0.04995, 0.05005, 0.04998, 0.05002])
+    faster = [0.80, 0.81, 0.79, 0.80]  # E2E 20 % faster: better at look 1 of 3
+    # TTFT unchanged and tight: shown no worse than +2 %, though not better -> the cell stops
+    same_ttft = abstats.sequential_look(baseline, rows(faster, [0.0500, 0.0501, 0.0499, 0.0500]), 1, DESIGN,
+                                               0.05, 1)
+    assert same_ttft["metrics"]["e2e_s"] == "better" and same_ttft["metrics"]["ttft_s"] == "inconclusive"
+    assert same_ttft["noninferior_p"]["ttft_s"] <= 0.05 and same_ttft["stop"] is True
+    # TTFT spread around +2 %: neither worse nor shown no worse -> the cell goes on to test it with more
+    unsure_ttft = abstats.sequential_look(baseline, rows(faster, [0.045, 0.049, 0.053, 0.057]), 1, DESIGN,
+                                                  0.05, 1)
+    assert unsure_ttft["metrics"]["e2e_s"] == "better" and unsure_ttft["metrics"]["ttft_s"] == "inconclusive"
+    assert unsure_ttft["noninferior_p"]["ttft_s"] > 0.05 and unsure_ttft["stop"] is False
+
+
+def test_non_inferiority_points_the_right_way_for_latency_and_rate():
+    base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
+    assert abstats.noninferior_p(base, [1.001, 0.999, 1.0, 1.002], 0.02) < 0.05  # same latency: no worse by 2 %
+    assert abstats.noninferior_p(base, [1.05, 1.06, 1.04, 1.05], 0.02) > 0.95  # 5 % slower: worse by more than 2 %
+    assert abstats.noninferior_p(base, [1.0, 0.999, 1.001, 1.0], 0.02, lower_is_better=False) < 0.05
+    assert abstats.noninferior_p(base, [0.95, 0.94, 0.96, 0.95], 0.02, lower_is_better=False) > 0.95
 
 
 def test_a_cell_judged_at_its_stopping_look_against_the_first_bracket():
     data = cell(12, cand_e2e=0.8)
     data["candidate"] = data["candidate"][:4]
-    data["sequential"] = {"look": 1, "looks": 3}
+    data["sequential"] = {"look": 1, "looks": 3, "design": DESIGN}
     result = abstats.cell_verdict(data, cells=2)
-    assert result["look"]["against"] == "first bracket" and result["alpha"] == pytest.approx(0.025 / 3)
+    assert result["look"]["against"] == "first bracket" and result["alpha"] == pytest.approx(0.025)
     assert result["metrics"]["e2e_s"]["verdict"] == "better"
 
 

@@ -118,8 +118,11 @@ def test_ab_look_uses_the_look_it_is_given_whatever_the_brackets_size():
 
     baseline = cell([0.147, 0.148, 0.146, 0.150, 0.147, 0.149, 0.148, 0.146])
     candidate = cell([0.072, 0.073, 0.071, 0.074])
-    look = ab_look(candidate, baseline, 1, 3, 0.05, 1)
+    look = ab_look(candidate, baseline, 1, 12, 4, 8, 0.05, 1)
     assert look["look"] == 1 and look["stop"] is True and look["metrics"]["e2e_s"] == "better"
-    assert ab_look(candidate, baseline, 3, 3, 0.05, 1)["stop"] is False  # the last look decides, never stops
+    assert look["design"] == [[4, 8], [8, 8], [12, 12]]
+    assert ab_look(candidate, baseline, 3, 12, 4, 8, 0.05, 1)["stop"] is False  # the last look decides, never stops
     with pytest.raises(AnsibleFilterError, match="look must be within 1..3, got 4"):
-        ab_look(candidate, baseline, 4, 3)
+        ab_look(candidate, baseline, 4, 12, 4, 8)
+    with pytest.raises(AnsibleFilterError, match="got 12, 0, 8"):
+        ab_look(candidate, baseline, 1, 12, 0, 8)
