@@ -16,6 +16,9 @@ Scenarios, RUNS seeded runs each:
                 re-measured or inconclusive, never a verdict (false decision <= 5 %)
   aa-burst-blind  the same burst with the conditions not looked at (what today's design does)
   gain5         a true 5 % E2E gain: acceptable in >= 90 % of runs (power)
+  guard-ttft8   decode 5 % faster but prefill 8 % slower (E2E about 4 % better, TTFT about 8 %
+                worse): a guard metric worse, so reject; the sequential cell must not stop on the
+                better E2E and accept (the non-inferiority check), fixed-guard-ttft8 beside it
   fixed-*       the same with every arm at a fixed n (no sequential stopping), for the cost
                 comparison: mean requests per arm against today's fixed n (12) and against the
                 smallest fixed n that reaches 90 % power
@@ -55,8 +58,9 @@ class Arm:
 
     def __init__(self, seed, gain=0.0, burst=None, noise=None):
         env = {**NOISE, **(noise or {}), "DOUBLE_SEED": str(seed)}
-        if gain:
-            env["DOUBLE_EFFECT_P2P"] = f"prefill={gain},decode={gain}"
+        if gain:  # one gain for prefill and decode, or (prefill, decode); negative is slower
+            prefill, decode = gain if isinstance(gain, tuple) else (gain, gain)
+            env["DOUBLE_EFFECT_P2P"] = f"prefill={prefill},decode={decode}"
         self.model = LatencyModel(env, {"p2p": bool(gain)})
         self.rng = random.Random(seed + 7)
         self.burst = burst  # (first request index, last) of the arm's requests slowed by 10 %
@@ -162,6 +166,8 @@ def main():
         "aa-burst": scenario(error_runs, burst=True),
         "aa-burst-blind": scenario(runs, burst=True, watch=False),
         "gain5": scenario(runs, gain=0.05),
+        "guard-ttft8": scenario(runs, gain=(-0.08, 0.05)),
+        "fixed-guard-ttft8": scenario(runs, gain=(-0.08, 0.05), sequential=False, n_max=fixed_n),
         "fixed-gain5": scenario(runs, gain=0.05, sequential=False, n_max=fixed_n),
         "fixed-aa": scenario(error_runs, sequential=False, n_max=fixed_n),
         # the smallest fixed n per arm that reaches 90 % power, for the honest cost comparison
@@ -177,6 +183,8 @@ def main():
     out["power_gain5"] = out["gain5"]["decisions"].get("acceptable", 0) / runs
     out["power_fixed_gain5"] = out["fixed-gain5"]["decisions"].get("acceptable", 0) / runs
     out["requests_ratio"] = out["gain5"]["mean_requests_per_arm_per_cell"] / fixed_n
+    out["guard_accepted"] = out["guard-ttft8"]["decisions"].get("acceptable", 0) / runs
+    out["guard_accepted_fixed"] = out["fixed-guard-ttft8"]["decisions"].get("acceptable", 0) / runs
     out["power_lab_noise"] = out["gain5-lab-noise"]["decisions"].get("acceptable", 0) / runs
     out["false_decision_aa_lab_noise"] = 1 - out["aa-lab-noise"]["decisions"].get("inconclusive", 0) / error_runs
     out["requests_ratio_lab_noise"] = out["gain5-lab-noise"]["mean_requests_per_arm_per_cell"] / fixed_n

@@ -120,6 +120,16 @@ def test_the_sequential_boundary_keeps_a_test_within_its_level_over_all_looks(le
     assert abstats.look_boundary(((12, 24),), level) == level  # one look: the level itself
 
 
+@pytest.mark.parametrize("n_candidate, n_baseline", [(4, 8), (12, 12), (60, 44)])  # exact, exact, asymptotic
+def test_the_boundarys_p_value_of_each_u_is_scipys(n_candidate, n_baseline):
+    rng = np.random.default_rng(n_candidate)
+    table = abstats._p_by_u(n_candidate, n_baseline)
+    for _ in range(20):
+        candidate, baseline = rng.random(n_candidate), rng.random(n_baseline)
+        u = int((candidate[:, None] > baseline[None, :]).sum())
+        assert table[u] == pytest.approx(abstats.one_sided_p(list(baseline), list(candidate))["better"], rel=1e-9)
+
+
 def test_holm_with_a_boundary_uses_each_steps_level():
     levels = {3: 0.01, 2: 0.02, 1: 0.04}
     assert abstats.holm({"a": 0.005, "b": 0.015, "c": 0.05}, levels.get) == {"a", "b"}
