@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """One lab A/B with the shipped design: what a sequential run spends against today's fixed n.
 
-Runs candidate.yml on the lab host as an operator would (the default cells 1k, 4k and 120k, at
-most 12 candidate requests per cell, chunks of 4) against the engine TEST DOUBLE, whose P2P
-candidate is truly faster (roles/lab_serving_host: prefill 5 %, decode 3 %; per-step noise 2 %),
-and reads the run's decision.json: the verdict, the requests each arm spent, and per cell the look
-at which the candidate stopped. Cost = requests of the three brackets per cell / 3 against the
-fixed design's 12 per bracket (36 per cell).
+Runs candidate.yml on the lab host as an operator would, with the role's default cell size (at
+most 12 candidate requests per cell, chunks of 4, first bracket 8) and the lab's cells (1k, 4k),
+against the engine TEST DOUBLE, whose P2P candidate is truly faster (roles/lab_serving_host:
+prefill 5 %, decode 3 %; per-step noise 2 %), and reads the run's decision.json: the verdict, the
+requests each arm spent, and per cell the look at which the candidate stopped. Cost = requests
+of the three brackets per cell / 3 against the fixed design's 12 per bracket (36 per cell).
 
 Usage: .venv/bin/python bench/bench_ab_lab.py [RUNS]   (needs the lab host up and provisioned;
 writes bench/results-ab-lab.json)
@@ -29,7 +29,8 @@ def one_run():
     evidence = tempfile.mkdtemp(prefix="ab-lab-")
     started = time.perf_counter()
     result = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab",
-                             "playbooks/candidate.yml", "-e", json.dumps({"rollout_evidence_dir": evidence})],
+                             "playbooks/candidate.yml", "-e",
+                             json.dumps({"rollout_evidence_dir": evidence, "rollout_cell_requests": FIXED_N})],
                             cwd=REPO, env=ENV, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if result.returncode != 0:

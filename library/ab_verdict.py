@@ -18,7 +18,8 @@ options:
   cells:
     description: >-
       Cells as {name, baseline (list of bracket request lists), candidate (request list), contract_violations,
-      sequential ({look, looks} when the candidate stopped early), conditions ({baseline, candidate})}.
+      sequential ({look, looks, design}: the candidate's last look and the cell's looks, from the ab_look
+      filter), conditions ({baseline, candidate})}.
     type: list
     elements: dict
     required: true
@@ -26,7 +27,8 @@ options:
   alpha:
     description: >-
       Family-wise error of the decision - the chance that an identical candidate gets a verdict other than
-      inconclusive (split over the cells, spent over the looks, Holm within a look).
+      inconclusive (split over the cells, Holm within a look, a sequential boundary over the looks:
+      module_utils/abstats.METHOD).
     type: float
     default: 0.05
   drift_limit: {description: Largest allowed relative drift between baseline brackets., type: float, default: 0.05}
