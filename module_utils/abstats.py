@@ -42,7 +42,7 @@ METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (r
           "permutation distribution of the ranks, simulated; never below Bonferroni over the looks); a verdict "
           "also needs |median delta| >= min_effect; family-wise error of the decision <= alpha (union bound); "
           + STOPPING)
-# Draws of simulated ranks behind a sequential boundary: its chance is estimated to about 2 % at 5e-3.
+# Draws of simulated ranks behind a sequential boundary: a chance of 0.005 is estimated to about 3 %.
 BOUNDARY_DRAWS = 200_000
 
 
