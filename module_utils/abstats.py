@@ -177,7 +177,7 @@ def judge(baseline, candidate, alpha, min_effect=0.02, rule=None, seed=0, interv
     or a boundary: see holm); the other metrics are reported, not tested. interval=False leaves out
     the bootstrap interval (an interim look needs only the verdicts)."""
     rule = rule or DEFAULT_RULE
-    tested = [m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])]
+    tested = _tested(rule)
     metrics, family = {}, {}
     for metric, lower in LOWER_IS_BETTER.items():
         base, cand = _ok(baseline, metric), _ok(candidate, metric)
@@ -233,13 +233,14 @@ def sequential_look(baseline, candidate, look, design, alpha, cells, min_effect=
             noninferior[metric] = noninferior_p(base, cand, min_effect, LOWER_IS_BETTER[metric])
     shown = [m for m, p in noninferior.items() if p <= alpha]
     return {"look": look, "looks": len(design), "design": [list(sizes) for sizes in design], "alpha": alpha / cells,
-            "boundary": look_boundary(design, alpha / cells / _family_size(rule)),
+            "boundary": look_boundary(design, alpha / cells / (2 * len(_tested(rule)))),  # Holm's first step
             "stop": look < len(design) and clear(metrics, rule, shown), "n": len(candidate),
             "metrics": {m: v.get("verdict") for m, v in metrics.items()}, "noninferior_p": noninferior}
 
 
-def _family_size(rule):
-    return 2 * len([m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])])
+def _tested(rule):
+    """The metrics a rule tests (each both ways); the others are reported."""
+    return [m for m in LOWER_IS_BETTER if m in set(rule["guard"]) | set(rule["need_better"])]
 
 
 def bracket_drift(first, second):

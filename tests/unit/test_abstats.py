@@ -165,13 +165,11 @@ def test_a_cell_stops_on_one_better_metric_only_once_the_other_guard_is_shown_no
                     [0.0499, 0.0500, 0.0501, 0.0500, 0.04995, 0.05005, 0.04998, 0.05002])
     faster = [0.80, 0.81, 0.79, 0.80]  # E2E 20 % faster: better at look 1 of 3
     # TTFT unchanged and tight: shown no worse than +2 %, though not better -> the cell stops
-    same_ttft = abstats.sequential_look(baseline, rows(faster, [0.0500, 0.0501, 0.0499, 0.0500]), 1, DESIGN,
-                                               0.05, 1)
+    same_ttft = abstats.sequential_look(baseline, rows(faster, [0.0500, 0.0501, 0.0499, 0.0500]), 1, DESIGN, 0.05, 1)
     assert same_ttft["metrics"]["e2e_s"] == "better" and same_ttft["metrics"]["ttft_s"] == "inconclusive"
     assert same_ttft["noninferior_p"]["ttft_s"] <= 0.05 and same_ttft["stop"] is True
     # TTFT spread around +2 %: neither worse nor shown no worse -> the cell goes on to test it with more
-    unsure_ttft = abstats.sequential_look(baseline, rows(faster, [0.045, 0.049, 0.053, 0.057]), 1, DESIGN,
-                                                  0.05, 1)
+    unsure_ttft = abstats.sequential_look(baseline, rows(faster, [0.045, 0.049, 0.053, 0.057]), 1, DESIGN, 0.05, 1)
     assert unsure_ttft["metrics"]["e2e_s"] == "better" and unsure_ttft["metrics"]["ttft_s"] == "inconclusive"
     assert unsure_ttft["noninferior_p"]["ttft_s"] > 0.05 and unsure_ttft["stop"] is False
 
