@@ -8,7 +8,7 @@
 - A/A: identical candidate: a decision other than inconclusive in at most 5% of seeded runs.
 
 Runs the real client (module_utils/cells.py) against doubles on loopback.
-Usage: .venv/bin/python bench/bench_ab_accuracy.py [RUNS]
+Usage: .venv/bin/python -m bench.bench_ab_accuracy [RUNS]
 """
 
 import json
@@ -18,14 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-import ansible.module_utils  # noqa: E402
+from serving_rollout.module_utils.abstats import cell_verdict, decide
+from serving_rollout.module_utils.cells import run_cell
+from tests.conftest import RunningDouble
 
-ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-from ansible.module_utils.abstats import cell_verdict, decide  # noqa: E402
-from ansible.module_utils.cells import run_cell  # noqa: E402
-from conftest import RunningDouble  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 MODEL = {"DOUBLE_BASE_TTFT_MS": "0", "DOUBLE_PREFILL_MS_PER_1K": "20", "DOUBLE_DECODE_MS_PER_TOKEN": "2"}
 

@@ -26,7 +26,7 @@ Scenarios, RUNS seeded runs each:
 Cost is the mean of requests per arm per cell (the three brackets' total / 3) against today's
 fixed n (every bracket 12), and beside it the smallest fixed n that reaches 90 % power.
 
-Usage: .venv/bin/python bench/bench_ab_decisions.py [RUNS [FIXED_N [ERROR_RUNS]]]
+Usage: .venv/bin/python -m bench.bench_ab_decisions [RUNS [FIXED_N [ERROR_RUNS]]]
   (writes bench/results-ab-decisions.json). ERROR_RUNS (default RUNS) seeds the scenarios that
   measure a false decision rate: a design that spends its 5 % honestly has a true rate near it, and
   1000 runs estimate that rate only to about +-1.4 % (95 %).
@@ -38,12 +38,11 @@ import sys
 import time
 from pathlib import Path
 
+from serving_rollout.module_utils.abstats import cell_verdict, decide, sequential_design, sequential_look
+from serving_rollout.module_utils.conditions import CONDITION_LIMITS, conditions_problem, median_conditions
+from tests.doubles.engine_double import LatencyModel
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "doubles"))
-sys.path.insert(0, str(REPO / "module_utils"))
-from abstats import cell_verdict, decide, sequential_design, sequential_look  # noqa: E402
-from conditions import CONDITION_LIMITS, conditions_problem, median_conditions  # noqa: E402
-from engine_double import LatencyModel  # noqa: E402
 
 # The lab's double (roles/lab_serving_host defaults) plus 3 % per-request noise for the client and
 # a busy machine (bench_ab_accuracy.py's "realistic noise").
@@ -192,7 +191,7 @@ def main():
     out["smallest_fixed_n_at_90pct_power"] = powered[0] if powered else ">8"
     powered = [n for n in (4, 6) if out[f"fixed-gain5-lab-noise-n{n}"]["decisions"].get("acceptable", 0) / runs >= 0.9]
     out["smallest_fixed_n_at_90pct_power_lab_noise"] = powered[0] if powered else ">6"
-    out["command"] = f".venv/bin/python bench/bench_ab_decisions.py {runs} {fixed_n} {error_runs}"
+    out["command"] = f".venv/bin/python -m bench.bench_ab_decisions {runs} {fixed_n} {error_runs}"
     out["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))
     (REPO / "bench" / "results-ab-decisions.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Figure: capture.yml wall time against one host of 8-GPU fixture data (target: under 5 s).
 
-Usage: .venv/bin/python bench/bench_capture_fixture.py [RUNS]
+Usage: .venv/bin/python -m bench.bench_capture_fixture [RUNS]
 """
 
 import json
@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.fixtures.make_sysfs_tree import pcie_8gpu
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-from make_sysfs_tree import pcie_8gpu  # noqa: E402
 
 
 def main():

@@ -21,12 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import ansible.module_utils
+from serving_rollout.module_utils import nccl_tests, p2p_orchestrator
 
 REPO = Path(__file__).resolve().parent.parent
-ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-
-from ansible.module_utils import nccl_tests, p2p_orchestrator  # noqa: E402
 
 ARMS = {"no_p2p": {"NCCL_P2P_DISABLE": "1"}, "p2p": {"NCCL_P2P_DISABLE": "0"}}
 SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

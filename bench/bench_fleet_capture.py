@@ -6,7 +6,7 @@ fixture root (tests/fixtures/make_sysfs_tree.py) - not 50 machines: the figure i
 controller's cost (templating, module runs, 150 evidence documents), which is what grows with a
 fleet. No NVML here, so each host's NVML reading is the "not available" path.
 
-Usage: .venv/bin/python bench/bench_fleet_capture.py [HOSTS] [FORKS]   (writes bench/results-fleet-capture.json)
+Usage: .venv/bin/python -m bench.bench_fleet_capture [HOSTS] [FORKS]   (writes bench/results-fleet-capture.json)
 """
 
 import json
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.fixtures.make_sysfs_tree import pcie_8gpu
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-from make_sysfs_tree import pcie_8gpu  # noqa: E402
 
 
 def main():
@@ -46,7 +46,7 @@ def main():
         documents = len(list(Path(tmp, "ev").rglob("*.json")))
     result = {"hosts": count, "forks": forks, "cores": os.cpu_count(), "wall_s": round(wall, 1), "target_s": 60,
               "evidence_documents": documents, "met": wall < 60,
-              "command": f".venv/bin/python bench/bench_fleet_capture.py {count} {forks}"}
+              "command": f".venv/bin/python -m bench.bench_fleet_capture {count} {forks}"}
     print(json.dumps(result))
     (REPO / "bench" / "results-fleet-capture.json").write_text(json.dumps(result, indent=2) + "\n")
 

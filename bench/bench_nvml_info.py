@@ -8,12 +8,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
+import pynvml
 
-import pynvml  # noqa: E402
-from nvml_facts import collect  # noqa: E402
+from serving_rollout.module_utils.nvml_facts import collect
 
 
 class CountingNvml:

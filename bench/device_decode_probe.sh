@@ -9,6 +9,8 @@ export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0 LC_ALL=C.UTF-8 LANG=C.UTF-8
 out=${OUT:-/tmp/device-out}; mkdir -p "$out"
 py=$(command -v python3)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# the project's own package (serving_rollout, its module_utils), beside the wheels
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade --target /tmp/site .
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 nvidia-smi topo -m > "$out/topology.txt" 2>&1

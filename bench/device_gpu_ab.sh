@@ -8,6 +8,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 out=${OUT:-/tmp/device-out}; mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# the project's own package (serving_rollout, its module_utils), beside the wheels
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade --target /tmp/site .
 export PYTHONPATH=/tmp/site
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 nvidia-smi -L > "$out/hardware.txt"

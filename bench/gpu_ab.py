@@ -9,7 +9,7 @@ SGLang: real GPU work and real NCCL, random weights), in one batch on the GPU ma
 3. the project's verdict (module_utils/abstats.py) on the bracketed cells;
 4. the decode-size probe (p2p_worker allreduce_graph, arms bracketed) at the double's decode
    all-reduce size, and its predicted effect beside the measured deltas;
-5. a run directory in the rollout's evidence format, finalized by tools/evidence.py (decision
+5. a run directory in the rollout's evidence format, finalized by serving_rollout/evidence.py (decision
    record, result card, manifest).
 
 There is no systemd on the GPU machine, so nothing is restored there: the record says so.
@@ -27,16 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import ansible.module_utils
+from serving_rollout import evidence
+from serving_rollout.module_utils import abstats, decode_model, nccl_facts, p2p_orchestrator
+from serving_rollout.module_utils.cells import run_cell
+from serving_rollout.module_utils.engine_client import get_json
 
 REPO = Path(__file__).resolve().parent.parent
-ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-sys.path.insert(0, str(REPO / "tools"))
-
-import evidence  # noqa: E402
-from ansible.module_utils import abstats, decode_model, nccl_facts, p2p_orchestrator  # noqa: E402
-from ansible.module_utils.cells import run_cell  # noqa: E402
-from ansible.module_utils.engine_client import get_json  # noqa: E402
 
 DOUBLE = REPO / "tests" / "doubles" / "gpu_engine_double.py"
 SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

@@ -2,13 +2,10 @@
 regrouped into matched cells."""
 
 import statistics
-import sys
-from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
-from conditions import median_conditions  # noqa: E402  (pure, shared with latency_cell on the host)
+from serving_rollout.module_utils.conditions import median_conditions  # pure, shared with latency_cell on the host
 
 
 def median(values):
@@ -46,7 +43,7 @@ def ab_look(candidate, baseline, look, requests, chunk, bracket, alpha=0.05, cel
     """Look `look` at a cell's candidate arm (merged so far) against its first baseline bracket, in a
     sequential cell of at most `requests` looked at every `chunk` with a first bracket of `bracket`
     (module_utils/abstats.sequential_look): stop now or go on, at the design's boundary."""
-    from abstats import sequential_design, sequential_look
+    from serving_rollout.module_utils.abstats import sequential_design, sequential_look
 
     if not isinstance(candidate, dict) or not isinstance(baseline, dict):
         raise AnsibleFilterError(f"ab_look needs two merged cells, got {candidate!r:.100} and {baseline!r:.100}")

@@ -1,14 +1,11 @@
 """Filters that keep secrets and (on request) host identifiers out of evidence."""
 
 import re
-import sys
-from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
 # One source for what is secret-looking and what is allow-listed: module_utils/unit_recipe.py.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
-from unit_recipe import REDACTED, SECRET_NAME_RE, SECRET_WORDS, is_public_name  # noqa: E402
+from serving_rollout.module_utils.unit_recipe import REDACTED, SECRET_NAME_RE, SECRET_WORDS, is_public_name
 
 SECRET_ASSIGN_RE = re.compile(
     rf"(?i)((?:--)?[\w.-]*(?:{SECRET_WORDS})[\w.-]*(?:=|\s+))(?!<redacted>)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")

@@ -14,6 +14,7 @@ description:
     requests are counted.
   - The decision rule is configurable; by default acceptable only if no eligible cell is worse
     on TTFT or E2E and at least one is better.
+  - Read-only - arithmetic on the controller; supports check mode.
 options:
   cells:
     description: >-

@@ -12,6 +12,7 @@ description:
     gate is a record with verdict fail, not a module failure, unless C(fail_on_fail).
   - Unreachable engine, non-JSON body, truncated stream and time-outs are a failed gate
     with the reason.
+  - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
   base_url:
     description: Engine URL, e.g. http://127.0.0.1:30000.

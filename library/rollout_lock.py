@@ -17,6 +17,8 @@ description:
     and returns the previous holder. C(state=held) reports whether this token still holds it
     (a run checks it before touching the host in a rescue path).
   - Releasing a lock held by another token is refused, unless C(steal).
+  - Writes the lock file C(path) (present, steal) or removes it (absent); changed=true when it does.
+    In check mode it reports what it would do and writes nothing.
 options:
   path:
     description: Lock file.

@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.conditions import (
+from .conditions import (
     BENIGN_CLOCK_EVENTS,
     CONDITION_LIMITS,
     conditions_problem,
@@ -17,9 +17,9 @@ from ansible.module_utils.conditions import (
     cpu_times,
     procs_running,
 )
-from ansible.module_utils.engine_client import chat as http_chat
-from ansible.module_utils.nvml_facts import decode_clock_events
-from ansible.module_utils.prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
+from .engine_client import chat as http_chat
+from .nvml_facts import decode_clock_events
+from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 
 
 def request_record(index, result, words, pattern):

@@ -1,7 +1,7 @@
 """Read a variable from a unit's EnvironmentFiles on the host (the engine's API key), so that
 secrets are used where they live and never travel to the controller."""
 
-from ansible.module_utils.unit_recipe import is_public_name, parse_env_file
+from .unit_recipe import is_public_name, parse_env_file
 
 
 def read_env_file(path):

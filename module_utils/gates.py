@@ -9,9 +9,9 @@ import json
 import re
 import time
 
-from ansible.module_utils.engine_client import chat as http_chat
-from ansible.module_utils.engine_client import get_json
-from ansible.module_utils.prompts import (
+from .engine_client import chat as http_chat
+from .engine_client import get_json
+from .prompts import (
     CONTRACT_PATTERN,
     contract_prompt,
     contract_violation,

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import time
 
-from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
+from .nccl_facts import p2p_in_effect, parse_log
 
 MARK = "P2PCHECK_RESULT "
 NVLINK_GBPS_PER_LINK = 26.5625  # H100/H200 NVLink 4, per direction

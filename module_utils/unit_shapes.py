@@ -13,8 +13,8 @@ Pure functions; the serving_recipe module reads the files.
 
 import re
 
-from ansible.module_utils.nccl_config import PYTHON_RE
-from ansible.module_utils.unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
+from .nccl_config import PYTHON_RE
+from .unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
     RecipeError,
     engine_args,
     merge_dropins,

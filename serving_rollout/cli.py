@@ -15,7 +15,6 @@ before; this is a second door to the same playbooks.
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -32,8 +31,9 @@ MEANING = {0: "every host acceptable (or restored, for rollback; captured, for c
            2: "a host failed and was restored and proven", 3: "refused before any change",
            4: "a host failed and was NOT proven restored, was unreachable, or the run did not finish",
            64: "usage error"}
-PHASE_RE = re.compile(r"Record the phase on the host \((?P<phase>[^)]+)\)")
-CELL_RE = re.compile(r"Summarize the cell (?P<cell>\S+) (?P<arm>\S+)")
+# The plays tell the controller their progress in one fact (set_fact), read here from runner's
+# events: a task's name is for people and may change freely.
+PROGRESS_FACTS = ("rollout_progress", "fleet_progress")  # one per role that reports (ansible-lint's role prefix)
 
 
 def parse_extra_vars(values):
@@ -62,6 +62,22 @@ def parse_extra_vars(values):
     return merged
 
 
+def progress_text(progress):
+    """The line for one progress fact, None for a kind this CLI does not know."""
+    kind = progress.get("kind")
+    if kind == "phase":
+        return f"phase {progress.get('phase')}"
+    if kind == "cell":
+        failed = f", {progress['failures']} failed" if str(progress.get("failures", "0")) not in ("0", "") else ""
+        return f"cell {progress.get('cell')} ({progress.get('arm')}) measured{failed}"
+    if kind == "outcome":
+        verdict = f", verdict {progress['verdict']}" if progress.get("verdict") else ""
+        return f"{progress.get('outcome')}{verdict} ({progress.get('duration_s')} s)"
+    if kind in ("not-started", "rollback", "interrupted"):
+        return str(progress.get("message"))
+    return None
+
+
 def progress_line(event):
     """One line for the events an operator follows, None for the rest."""
     data = event.get("event_data", {})
@@ -69,24 +85,11 @@ def progress_line(event):
     if kind == "playbook_on_play_start":
         return f"== {data.get('play', '')}"
     if kind == "runner_on_ok":
-        phase = PHASE_RE.search(task)
-        if phase:
-            return f"{host}: phase {phase.group('phase')}"
-        cell = CELL_RE.search(task)
-        if cell:
-            return f"{host}: cell {cell.group('cell')} ({cell.group('arm')}) measured"
-        res = data.get("res", {})
-        if task == "Record this host's outcome and render the fleet summary again":
-            try:
-                record = json.loads(res.get("stdout", "{}"))
-            except ValueError:
-                return None
-            verdict = f", verdict {record['verdict']}" if record.get("verdict") else ""
-            return f"{host}: {record.get('outcome')}{verdict} ({record.get('duration_s')} s)"
-        if task == "Say why this host is not touched":
-            return f"{host}: {res.get('msg', 'not started')}"
-        if task.startswith("Say what happened") or "ROLLBACK" in str(res.get("msg", ""))[:20]:
-            return f"{host}: {res.get('msg')}"
+        facts = data.get("res", {}).get("ansible_facts") or {}
+        for progress in (facts.get(name) for name in PROGRESS_FACTS):
+            text = progress_text(progress) if isinstance(progress, dict) else None
+            if text:
+                return f"{host}: {text}"
     if kind == "runner_on_failed" and not data.get("ignore_errors"):
         msg = str(data.get("res", {}).get("msg", ""))
         if data.get("role") and msg:

@@ -14,13 +14,12 @@ Promotion stays a separate human step (promote.yml).
 
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 
+from serving_rollout.candidate_plan import EVIDENCE_TEXT, KNOWN, PlanError, candidate_plan_errors
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "filter_plugins"))
-from candidate_plan import EVIDENCE_TEXT, KNOWN, candidate_plan_errors  # noqa: E402
 
 SCHEMA = "serving-rollout.plan-report/v1"
 TRANSPORT = ("p2p", "cumem", "custom-all-reduce")
@@ -30,10 +29,6 @@ POLICIES = ("stop", "skip-dependents")
 # A candidate's outcome over its hosts: the worst one decides.
 RANK = ["acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored", "started",
         "not-started"]
-
-
-class PlanError(ValueError):
-    """A plan refused before any change, naming why."""
 
 
 def plan_problems(plan):

@@ -1,4 +1,5 @@
-"""Shared test set-up: import paths for the project's module_utils and the engine double."""
+"""Shared test set-up: the project's module_utils as Ansible ships them, the engine double.
+(Test helpers and filter plugins are on pytest's pythonpath: pyproject.toml.)"""
 
 import os
 import socket
@@ -13,11 +14,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # Modules import project helpers as ansible.module_utils.<name>, as Ansible ships them.
 ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-sys.path.insert(0, str(REPO / "tests" / "doubles"))
-sys.path.insert(0, str(REPO / "filter_plugins"))
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))  # serving_rollout, the CLI package
 
 DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"

@@ -37,11 +37,9 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent / "module_utils"))
+import engine_double as cpu  # the shared HTTP surface of the doubles (beside this file: a script's own folder)
 
-import engine_double as cpu  # noqa: E402  (the shared HTTP surface of the doubles)
+HERE = Path(__file__).resolve().parent
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -103,7 +101,8 @@ def worker(rank, world, env, commands, results):
     """One TP rank: NCCL communicator, weights, a captured decode step; then serve commands."""
     os.environ.update(env)
     import torch
-    from p2p_worker import NcclComm
+
+    from serving_rollout.module_utils.p2p_worker import NcclComm
 
     torch.cuda.set_device(rank)
     device = f"cuda:{rank}"

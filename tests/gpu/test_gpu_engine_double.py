@@ -7,7 +7,6 @@ import json
 import multiprocessing
 import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,9 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
     pytest.skip("needs two CUDA GPUs", allow_module_level=True)
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "doubles"))
-sys.path.insert(0, str(HERE.parent.parent / "module_utils"))
+import gpu_engine_double as double  # noqa: E402  (after the skip: it needs torch)
 
-import gpu_engine_double as double  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SHAPE = {"hidden": 512, "layers": 3, "ffn": 1024, "qkv": 768, "chunk": 64, "seed": 7}
 
@@ -28,7 +25,8 @@ SHAPE = {"hidden": 512, "layers": 3, "ffn": 1024, "qkv": 768, "chunk": 64, "seed
 def tp_rank(rank, world, port, out):
     os.environ.update(double.SAFE_ENV)
     import torch as t
-    from p2p_worker import NcclComm
+
+    from serving_rollout.module_utils.p2p_worker import NcclComm
 
     t.cuda.set_device(rank)
     nccl = NcclComm(t, rank, world, "127.0.0.1", port)

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def test_finished_run_shows_predicted_beside_measured():
     card = (run / "result-card.md").read_text()
     assert "## Predicted vs measured (decode-size all-reduce probe)" in card
     assert f"{prediction['per_step']} all-reduces of {prediction['bytes']:,} B per step" in card
-    verify = subprocess.run(["python3", "tools/evidence.py", "verify", str(run)], capture_output=True, text=True)
+    verify = subprocess.run([sys.executable, "-m", "serving_rollout.evidence", "verify", str(run)],
+                            capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout
     shutil.rmtree(evidence)

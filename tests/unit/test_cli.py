@@ -1,6 +1,5 @@
 """bin/serving-rollout: extra vars, progress lines from runner events, exit codes, usage errors."""
 
-import json
 
 import pytest
 
@@ -22,17 +21,55 @@ def event(kind, task="", **data):
     return {"event": kind, "event_data": {"host": "h1", "task": task, **data}}
 
 
-def test_progress_lines_from_runner_events():
+def progress(task, **fact):
+    return event("runner_on_ok", task, res={"ansible_facts": {cli.PROGRESS_FACTS[0]: fact}})
+
+
+def test_progress_lines_from_the_plays_progress_fact_whatever_the_task_is_called():
     record = {"outcome": "failed, restored", "verdict": None, "duration_s": 31.5}
-    assert cli.progress_line(event("runner_on_ok", "Record the phase on the host (candidate-running)")) == \
+    assert cli.progress_line(progress("any name at all", kind="phase", phase="candidate-running")) == \
         "h1: phase candidate-running"
-    assert cli.progress_line(event("runner_on_ok", "Summarize the cell 4k baseline-2")) == \
-        "h1: cell 4k (baseline-2) measured"
-    assert cli.progress_line(event("runner_on_ok", "Record this host's outcome and render the fleet summary again",
-                                   res={"stdout": json.dumps(record)})) == "h1: failed, restored (31.5 s)"
+    assert cli.progress_line(progress("renamed", kind="cell", cell="4k", arm="baseline-2", requests="4",
+                                      failures="0")) == "h1: cell 4k (baseline-2) measured"
+    assert cli.progress_line(progress("x", kind="cell", cell="1k", arm="candidate", requests="8", failures="5")) == \
+        "h1: cell 1k (candidate) measured, 5 failed"
+    assert cli.progress_line(progress("y", kind="outcome", **record)) == "h1: failed, restored (31.5 s)"
+    assert cli.progress_line(progress("z", kind="rollback", message="ROLLBACK: sglang.service restored")) == \
+        "h1: ROLLBACK: sglang.service restored"
     failed = event("runner_on_failed", "Run the gate json", role="rollout", res={"msg": "gate json failed"})
     assert cli.progress_line(failed) == "h1: FAILED at 'Run the gate json': gate json failed"
+    # a task named like an old progress task says nothing without the fact: names are not data
+    assert cli.progress_line(event("runner_on_ok", "Record the phase on the host (candidate-running)")) is None
     assert cli.progress_line(event("runner_on_ok", "Read the unit's state")) is None  # the raw stream stays out
+
+
+def test_every_progress_kind_the_plays_emit_has_a_line():
+    """Each set_fact of the progress fact in a role or playbook is a kind the CLI renders."""
+    import re
+
+    import yaml
+    from conftest import REPO
+
+    kinds = set()
+    for path in list((REPO / "roles").rglob("tasks/*.yml")) + list((REPO / "playbooks").glob("*.yml")):
+        def walk(node):
+            if isinstance(node, dict):
+                fact = (node.get("ansible.builtin.set_fact") or {}) if isinstance(node.get("ansible.builtin.set_fact"),
+                                                                                   dict) else {}
+                for value in (fact.get(name) for name in cli.PROGRESS_FACTS):
+                    if isinstance(value, dict):
+                        kinds.add(value["kind"])
+                    elif isinstance(value, str):
+                        kinds.update(re.findall(r"'kind': '([a-z-]+)'", value))
+                for child in node.values():
+                    walk(child)
+            elif isinstance(node, list):
+                for child in node:
+                    walk(child)
+        walk(yaml.safe_load(path.read_text()))
+    assert {"phase", "cell", "outcome", "not-started", "rollback"} <= kinds
+    for kind in kinds:
+        assert cli.progress_text({"kind": kind, "message": "m", "phase": "p"}) is not None, kind
 
 
 @pytest.mark.parametrize("outcomes, code", [

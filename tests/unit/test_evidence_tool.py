@@ -1,13 +1,11 @@
-"""tools/evidence.py on a synthetic run directory: decision records and manifest checks."""
+"""serving_rollout/evidence.py on a synthetic run directory: decision records and manifest checks."""
 
 import json
-import sys
 
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "tools"))
-import evidence  # noqa: E402
+from serving_rollout import evidence
 
 
 def write_run(tmp_path, outcome, decision):

@@ -5,12 +5,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, str(REPO / "tools"))
-import fleet  # noqa: E402
+from serving_rollout import fleet
 
-TOOL = REPO / "tools" / "fleet.py"
+TOOL = ["-m", "serving_rollout.fleet"]
 
 
 @pytest.mark.parametrize("facts, outcome", [
@@ -66,17 +64,17 @@ def test_hosts_never_reached_are_listed_not_started(tmp_path):
 
 
 def test_cli_record_needs_json_and_names_the_problem(tmp_path):
-    subprocess.run([sys.executable, TOOL, "begin", tmp_path, "R2", "a", "a"], check=True, capture_output=True)
-    bad = subprocess.run([sys.executable, TOOL, "record", tmp_path, "R2", "a"], input="not json",
+    subprocess.run([sys.executable, *TOOL, "begin", tmp_path, "R2", "a", "a"], check=True, capture_output=True)
+    bad = subprocess.run([sys.executable, *TOOL, "record", tmp_path, "R2", "a"], input="not json",
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "record needs the host's outcome as JSON on stdin" in bad.stderr
-    missing = subprocess.run([sys.executable, TOOL, "summary", tmp_path, "R9"], capture_output=True, text=True)
+    missing = subprocess.run([sys.executable, *TOOL, "summary", tmp_path, "R9"], capture_output=True, text=True)
     assert missing.returncode != 0 and "no fleet run R9" in missing.stderr
 
 
 def test_an_unwritable_evidence_folder_is_named_without_a_traceback(tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
-    result = subprocess.run([sys.executable, TOOL, "begin", blocked, "R3", "h1", "h1"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, *TOOL, "begin", blocked, "R3", "h1", "h1"], capture_output=True, text=True)
     assert result.returncode != 0 and f"evidence folder {blocked} is not writable" in result.stderr
     assert "Traceback" not in result.stderr

@@ -2,16 +2,15 @@
 read back through the project's own parsers, verdict, prediction and card code."""
 
 import json
-import sys
 
 import pytest
 from ansible.module_utils import abstats, decode_model, nccl_facts, nccl_tests
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES
+
+from serving_rollout import evidence
 
 RUN_ROOT = FIXTURES / "h200x2-gpu-ab"
 RUN = RUN_ROOT / "rollout-20261130T093248Z"
-sys.path.insert(0, str(REPO / "tools"))
-import evidence  # noqa: E402
 
 
 def load(name):

@@ -66,3 +66,35 @@ def test_every_tasks_from_entry_point_has_an_argument_spec():
         if entry not in specs:
             missing.append(f"{role}:{entry}")
     assert missing == []
+
+
+# What in a module's own code can change its host: a changed result, or a write to a file.
+CHANGES = re.compile(r"changed\"?\]?\s*[=:]\s*True|changed=changed|\bwrite_atomic\(|os\.replace\(|os\.rename\(|"
+                     r"shutil\.copy|\.write_text\(|\.write_bytes\(|os\.unlink\(|os\.remove\(|open\([^)]*['\"][wax]")
+
+
+def description(name):
+    doc = yaml.safe_load(re.search(r'DOCUMENTATION = r?"""(.*?)"""', (REPO / "library" / f"{name}.py").read_text(),
+                                   re.S).group(1))
+    text = doc.get("description")
+    return " ".join(text) if isinstance(text, list) else str(text)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_docs_say_what_the_module_changes(name):
+    """A module that can change its host says what it writes and that check mode writes nothing;
+    one that cannot says it is read-only; never "Read-only" on a module that writes."""
+    source = (REPO / "library" / f"{name}.py").read_text()
+    code = source.split('RETURN = r"""')[-1].split('"""', 1)[-1]  # the code, not its docs
+    text = description(name)
+    if CHANGES.search(code):
+        assert "Read-only;" not in text and "Read-only." not in text, f"{name} writes but is documented read-only"
+        assert re.search(r"\b(Writes|writes|Changes|changes)\b", text), f"{name} writes but its doc names no change"
+        assert "check mode" in text, f"{name} writes but its doc does not say what check mode does"
+    else:
+        assert re.search(r"read-only|changes nothing", text, re.I), f"{name} changes nothing; its doc should say so"
+
+
+def test_the_change_check_sees_a_write():
+    assert CHANGES.search('write_atomic(dest, content, 0o644)') and CHANGES.search('result["changed"] = True')
+    assert not CHANGES.search('module.exit_json(changed=False, cells=verdicts)')

@@ -54,3 +54,60 @@ def test_every_documented_output_fact_is_set_by_its_role():
         missing += [f"{role}: {name}" for name in outputs - play_vars
                     if not re.search(rf"(register: {name}\b|^\s+{name}:)", tasks, re.M)]
     assert missing == []
+
+
+# Ansible's own connection and privilege variables an inventory may set.
+CONNECTION_VARS = re.compile(r"^ansible_(host|port|user|connection|become|become_user|become_method|python_interpreter"
+                             r"|ssh_private_key_file|ssh_common_args|ssh_extra_args|password|become_password)$")
+
+
+def inventory_variables(inventory):
+    """(file, name) of every variable an inventory folder sets: group_vars, host_vars, hosts.yml vars."""
+    def walk(node, path):
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            if key in ("vars",) and isinstance(value, dict):
+                yield from ((path, name) for name in value)
+            elif key == "hosts" and isinstance(value, dict):
+                for host_vars in value.values():
+                    yield from ((path, name) for name in (host_vars or {}))
+            elif key == "children" and isinstance(value, dict):
+                for child in value.values():
+                    yield from walk(child, path)
+            elif key == "all":
+                yield from walk(value, path)
+
+    for path in sorted(inventory.rglob("*.yml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        rel = path.relative_to(REPO)
+        if "group_vars" in path.parts or "host_vars" in path.parts:
+            yield from ((rel, name) for name in data)
+        else:
+            yield from walk(data, rel)
+
+
+def known_inputs():
+    """Every role's argument-spec options, and the shared variables that role defaults and playbooks read."""
+    known = set()
+    for role in ROLES:
+        known |= contract(role)[0]
+    readers = list((REPO / "roles").glob("*/defaults/main.yml")) + list((REPO / "playbooks").rglob("*.yml"))
+    for path in readers:
+        known |= set(re.findall(r"\b([a-z][a-z0-9_]+)\b", " ".join(re.findall(r"{{(.*?)}}", path.read_text(), re.S))))
+    return known
+
+
+def test_every_variable_an_inventory_sets_is_an_input_of_a_role_or_playbook():
+    """An operator copies inventory/example/: a variable that nothing reads is a setting silently ignored."""
+    known = known_inputs()
+    unknown = [f"{path}: {name}" for inventory in sorted((REPO / "inventory").iterdir()) if inventory.is_dir()
+               for path, name in inventory_variables(inventory)
+               if name not in known and not CONNECTION_VARS.match(name)]
+    assert unknown == []
+
+
+def test_the_inventory_check_sees_an_unknown_variable():
+    names = [name for _, name in inventory_variables(REPO / "inventory" / "example")]
+    assert "serving_recipe_unit" in names and "ansible_host" in names  # group_vars and hosts.yml both read
+    assert "serving_unit_name" not in known_inputs()  # the old, unread name would be refused

@@ -1,14 +1,14 @@
 """The plan and decision schemas in schemas/: what plan producers and readers validate against."""
 
 import json
-import sys
 
+import candidate_plan_filters
 import jsonschema
 import pytest
+from ansible.errors import AnsibleFilterError
 from conftest import FIXTURES, REPO
 
-sys.path.insert(0, str(REPO / "filter_plugins"))
-import candidate_plan  # noqa: E402
+from serving_rollout import candidate_plan
 
 PLAN = json.loads((REPO / "plans" / "candidate-plan-example.json").read_text())
 
@@ -34,8 +34,13 @@ def test_every_error_is_named_by_its_path():
 
 
 def test_broken_json_names_the_file():
-    with pytest.raises(Exception, match="plan file /x/plan.json is not valid JSON: Expecting"):
+    with pytest.raises(candidate_plan.PlanError, match="plan file /x/plan.json is not valid JSON: Expecting"):
         candidate_plan.candidate_plan_load("{", "/x/plan.json")
+    # the playbooks' filter says the same, as Ansible's filter error
+    with pytest.raises(AnsibleFilterError, match="plan file /x/plan.json is not valid JSON: Expecting"):
+        candidate_plan_filters.candidate_plan_load("{", "/x/plan.json")
+    with pytest.raises(AnsibleFilterError, match="unknown candidate id 'nope'"):
+        candidate_plan_filters.candidate_change(PLAN, "nope")
 
 
 def test_decision_records_follow_their_schema():

@@ -2,11 +2,9 @@
 
 import json
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "tests"))
-from restored import restored_problems  # noqa: E402
+from restored import restored_problems  # tests/restored.py, on pytest's pythonpath (pyproject.toml)
 
 EVIDENCE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "evidence"
 

@@ -18,10 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "module_utils"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import decode_model  # noqa: E402  (pure: the same arithmetic the peer-path check uses)
-import fleet  # noqa: E402  (the lock and the atomic writer of index.json)
+from serving_rollout import fleet  # the lock and the atomic writer of index.json
+from serving_rollout.module_utils import decode_model  # pure: the same arithmetic the peer-path check uses
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"

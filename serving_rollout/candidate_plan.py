@@ -1,11 +1,15 @@
-"""Filters that read a candidate plan (anvil-serving.followup-candidate-plan/v1)."""
+"""Reading a candidate plan (anvil-serving.followup-candidate-plan/v1): its schema errors by path, and the
+control change of one of its candidates. Pure; the filters (filter_plugins/candidate_plan.py) and the plan
+executor (serving_rollout/plan.py) both use it."""
 
 import json
 from pathlib import Path
 
-from ansible.errors import AnsibleFilterError
-
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "candidate-plan.schema.json"
+
+class PlanError(ValueError):
+    """A plan or candidate refused, naming why."""
+
 
 PLAN_SCHEMA = "anvil-serving.followup-candidate-plan/v1"
 # Known candidate ids -> the one control each changes, and the evidence each needs first.
@@ -44,7 +48,7 @@ def candidate_plan_load(text, path):
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise AnsibleFilterError(f"plan file {path} is not valid JSON: {exc}") from exc
+        raise PlanError(f"plan file {path} is not valid JSON: {exc}") from exc
 
 
 def candidate_plan_errors(plan):
@@ -64,7 +68,7 @@ def candidate_plan_errors(plan):
 def _change_for(candidate_id, custom, p2p_mode):
     if candidate_id == "p2p":
         if p2p_mode not in ("set0", "drop"):
-            raise AnsibleFilterError(f"p2p_mode must be set0 or drop, got {p2p_mode!r}")
+            raise PlanError(f"p2p_mode must be set0 or drop, got {p2p_mode!r}")
         return {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0" if p2p_mode == "set0" else None}
     if candidate_id == "cumem":
         return {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None}
@@ -75,12 +79,12 @@ def _change_for(candidate_id, custom, p2p_mode):
             return {"kind": "arg", "name": "--chunked-prefill-size", "value": str(custom["chunked_prefill_size"])}
         if set(custom) == {"speculative"} and isinstance(custom["speculative"], dict):
             return {"kind": "speculative", "value": custom["speculative"]}
-        raise AnsibleFilterError("scheduler-and-speculation needs exactly one of {chunked_prefill_size: N} "
+        raise PlanError("scheduler-and-speculation needs exactly one of {chunked_prefill_size: N} "
                                  f"or {{speculative: {{--speculative-*: value}}}}, got {custom!r}")
     # custom: the operator declares one control
     if not isinstance(custom, dict) or custom.get("kind") not in ("env", "arg", "speculative") \
             or (custom["kind"] != "speculative" and not custom.get("name")) or "value" not in custom:
-        raise AnsibleFilterError(f"a custom candidate needs {{kind: env|arg|speculative, name, value}}, got {custom!r}")
+        raise PlanError(f"a custom candidate needs {{kind: env|arg|speculative, name, value}}, got {custom!r}")
     return {k: custom[k] for k in ("kind", "name", "value") if k in custom}
 
 
@@ -88,24 +92,18 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
     """The control change for a plan's candidate, after its prerequisites are met by evidence."""
     errors = candidate_plan_errors(plan)
     if errors:
-        raise AnsibleFilterError("malformed candidate plan: " + "; ".join(errors))
+        raise PlanError("malformed candidate plan: " + "; ".join(errors))
     ids = [c["id"] for c in plan["ordered_candidates"]]
     if candidate_id not in KNOWN or (candidate_id != "custom" and candidate_id not in ids):
         valid = sorted(i for i in ids if i in KNOWN) + ["custom"]
-        raise AnsibleFilterError(f"unknown candidate id {candidate_id!r}; valid ids: {', '.join(valid)}")
+        raise PlanError(f"unknown candidate id {candidate_id!r}; valid ids: {', '.join(valid)}")
     evidence = evidence or {}
     missing = [EVIDENCE_TEXT[need] for need in KNOWN[candidate_id]["requires"]
                if not (evidence.get(need) == "ok" if need == "peer_path" else evidence.get(need))]
     if missing:
-        raise AnsibleFilterError(f"candidate {candidate_id!r} needs evidence first: {'; '.join(missing)} "
+        raise PlanError(f"candidate {candidate_id!r} needs evidence first: {'; '.join(missing)} "
                                  f"(evidence seen: {evidence!r})")
     entry = next((c for c in plan["ordered_candidates"] if c["id"] == candidate_id), {"id": "custom"})
     return {"id": candidate_id, "change": _change_for(candidate_id, custom or {}, p2p_mode),
             "plan_change": entry.get("change"), "gate": entry.get("gate"),
             "prerequisites": entry.get("prerequisites", [])}
-
-
-class FilterModule:
-    def filters(self):
-        return {"candidate_plan_errors": candidate_plan_errors, "candidate_change": candidate_change,
-                "candidate_plan_load": candidate_plan_load}

@@ -1,0 +1,44 @@
+"""The README's two commands in a fresh clone, in the order a newcomer runs them: the main job
+(bin/lab-run) first, then the lint and unit stages of the test command. What the main job leaves
+behind (evidence/, the lab's key, caches) must not change what lint or a test decides."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from conftest import REPO
+
+
+def run(command, cwd, timeout):
+    # A newcomer's shell: no virtualenv of ours active, the clone's own tools first.
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "CONTAINERS_CONF")}
+    env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if not p.startswith(str(REPO)))
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_main_job_then_lint_and_unit_tests_in_a_fresh_clone():
+    top = Path(tempfile.mkdtemp(prefix="newcomer-"))
+    clone = top / "serving-rollout"
+    try:
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+        main_job = run(["bin/lab-run"], clone, timeout=1500)
+        assert main_job.returncode == 0, main_job.stdout[-3000:] + main_job.stderr[-3000:]
+        assert "every file matches manifest.json" in main_job.stdout
+        # the main job wrote its evidence inside the clone, where lint and the tests run next
+        assert list((clone / "evidence").glob("lab-gpu-1/rollout-*/manifest.json"))
+        tests = run(["bin/test", "lint", "unit"], clone, timeout=1500)
+        assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-3000:]
+        assert "== lint" in tests.stdout and " passed" in tests.stdout.splitlines()[-1], tests.stdout[-800:]
+        # and again: the main job a second time, then lint (evidence of two runs, lab state left by both)
+        again = run(["bin/lab-run"], clone, timeout=1500)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        lint = run(["bin/test", "lint"], clone, timeout=900)
+        assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr[-3000:]
+        # the clone's own code ran, not this checkout's (the editable package points at the clone)
+        where = run([str(clone / ".venv" / "bin" / "python"), "-c",
+                     "import serving_rollout.evidence as e; print(e.__file__)"], "/", timeout=60)
+        assert where.stdout.strip() == str(clone / "serving_rollout" / "evidence.py"), where
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
