@@ -33,6 +33,13 @@ options:
     type: float
     default: 0.05
   drift_limit: {description: Largest allowed relative drift between baseline brackets., type: float, default: 0.05}
+  max_failed_requests:
+    description: >-
+      Failed candidate requests a cell may have; more in any cell is a reject (a crash or an error is never
+      bought back by latency). A cell with too few successful requests in an arm makes the decision inconclusive
+      at best.
+    type: int
+    default: 0
   rule: {description: "Decision rule {guard: [metrics], need_better: [metrics]}.", type: dict}
   condition_limits: {description: "How far the arms' conditions may differ (module_utils/conditions.py).", type: dict}
 author: serving-rollout
@@ -67,6 +74,7 @@ def main():
             "min_effect": {"type": "float", "default": 0.02},
             "alpha": {"type": "float", "default": 0.05},
             "drift_limit": {"type": "float", "default": 0.05},
+            "max_failed_requests": {"type": "int", "default": 0},
             "rule": {"type": "dict"},
             "condition_limits": {"type": "dict"},
         },
@@ -84,7 +92,7 @@ def main():
     # alpha is split over the cells (error control at the decision: module_utils/abstats.METHOD)
     verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"], rule=p["rule"], cells=len(p["cells"]),
                              condition_limits=p["condition_limits"]) for c in p["cells"]]
-    module.exit_json(changed=False, cells=verdicts, decision=decide(verdicts, p["rule"]))
+    module.exit_json(changed=False, cells=verdicts, decision=decide(verdicts, p["rule"], p["max_failed_requests"]))
 
 
 if __name__ == "__main__":

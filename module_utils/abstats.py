@@ -241,7 +241,10 @@ def _tested(rule):
 
 
 def bracket_drift(first, second):
-    """Relative difference of the medians of the two baseline brackets."""
+    """Relative difference of the medians of the two baseline brackets (0 when a bracket has no
+    successful request: that cell cannot be timed at all, see unjudged)."""
+    if not len(first) or not len(second):
+        return 0.0
     m1, m2 = float(np.median(first)), float(np.median(second))
     return abs(m2 - m1) / m1 if m1 else float("inf")
 
@@ -265,7 +268,9 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
     candidate = cell["candidate"]
     failures = {"baseline": sum(r.get("error") is not None for b in brackets for r in b),
                 "candidate": sum(r.get("error") is not None for r in candidate)}
-    result = {"cell": cell["name"], "failures": failures, "metrics": {}, "eligible": True, "reasons": []}
+    sent = {"baseline": sum(len(b) for b in brackets), "candidate": len(candidate)}
+    result = {"cell": cell["name"], "failures": failures, "sent": sent, "metrics": {}, "eligible": True,
+              "reasons": []}
     if cell.get("contract_violations"):
         result.update(eligible=False, verdict="ineligible")
         result["reasons"].append(f"{len(cell['contract_violations'])} response(s) broke the output contract")
@@ -302,11 +307,31 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
     return result
 
 
-def decide(cells, rule=None):
+def failed_beyond(cells, max_failed=0):
+    """(cell, failed, sent) of each cell whose candidate arm failed more than `max_failed` requests."""
+    return [(c["cell"], c["failures"]["candidate"], c.get("sent", {}).get("candidate"))
+            for c in cells if c.get("failures", {}).get("candidate", 0) > max_failed]
+
+
+def unjudged(cells, rule=None):
+    """Eligible cells where a rule metric could not be tested (an arm without enough successful requests)."""
+    rule = rule or DEFAULT_RULE
+    return [c["cell"] for c in cells if c.get("eligible")
+            and any(c["metrics"].get(m, {}).get("reason") == "too few successful requests" for m in _tested(rule))]
+
+
+def decide(cells, rule=None, max_failed=0):
     """Overall decision from cells judged by cell_verdict (the error control is there, METHOD).
     Default rule: acceptable only if no eligible cell is worse on TTFT or E2E and at least one
-    is better."""
+    is better. A candidate that failed more than `max_failed` requests in any cell is a reject
+    (a crash or an error is a harm no latency can buy back), and a cell an arm could not be timed
+    in (too few successful requests) makes the decision inconclusive at best."""
     rule = rule or DEFAULT_RULE
+    failed = failed_beyond(cells, max_failed)
+    if failed:
+        return {"decision": "reject", "rule": rule, "method": METHOD, "max_failed": max_failed,
+                "reasons": [f"{cell} candidate failed {n}{f' of {sent}' if sent else ''} request(s) "
+                            f"(limit {max_failed})" for cell, n, sent in failed]}
     eligible = [c for c in cells if c.get("eligible")]
     worse = [(c["cell"], m) for c in eligible for m in rule["guard"]
              if c["metrics"].get(m, {}).get("verdict") == "worse"]
@@ -318,6 +343,11 @@ def decide(cells, rule=None):
         return {"decision": "inconclusive", "rule": rule, "method": METHOD, "reasons": ["no eligible cell"]}
     if worse:
         return {"decision": "reject", "rule": rule, "method": METHOD, "reasons": reasons}
+    blind = unjudged(cells, rule)
+    if blind:
+        return {"decision": "inconclusive", "rule": rule, "method": METHOD,
+                "reasons": [f"{cell} could not be timed: too few successful requests in an arm" for cell in blind]
+                + reasons}
     if better:
         return {"decision": "acceptable", "rule": rule, "method": METHOD, "reasons": reasons}
     return {"decision": "inconclusive", "rule": rule, "method": METHOD,

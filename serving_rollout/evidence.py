@@ -3,7 +3,11 @@
   finalize RUN_DIR   write decision.json, result-card.md, cells.png, then manifest.json, and
                      add the run to <evidence>/index.json (never overwriting a finalized run)
   card RUN_DIR       print the result card re-rendered from the run directory
-  verify RUN_DIR     check every file against manifest.json; exit 1 naming each changed file
+  verify RUN_DIR     check every file against manifest.json (and its seal, when there is one);
+                     exit 1 naming each changed file
+  trust RUN_DIR      what promotion acts on: verify, the seal required, the index's verdict the
+                     same as decision.json's; prints {verdict, promotion_allowed, decision_sha256}
+                     or exits 1 naming every problem
   check-dir DIR MIN_FREE_MIB
                      before any change: DIR is writable and has MIN_FREE_MIB free
   predict HOST_DIR MIN_EFFECT [DECODE_MS_PER_TOKEN]
@@ -14,7 +18,10 @@
 """
 
 import hashlib
+import hmac
 import json
+import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -23,6 +30,12 @@ from serving_rollout.module_utils import decode_model  # pure: the same arithmet
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
+# The seal: an HMAC of manifest.json with a key the controller keeps outside the evidence tree.
+# Whoever can write an evidence folder (a shared store, a copied artifact) but cannot read that
+# key cannot recompute it after editing a file and its hash. It does not defend against the
+# controller's own user; the host's record of the decision (promotion checks both) does.
+SEAL = "manifest.hmac"
+KEY_ENV = "SERVING_ROLLOUT_EVIDENCE_KEY"
 ARMS = ("baseline-1", "candidate", "baseline-2")  # the bracket, in the order it ran
 
 
@@ -235,9 +248,12 @@ def render_card(run):
                                                                    + (f" ({r['reason']})" if r.get("reason") else "")
                                                                    for r in records) or "none run") + ".")
     violations = [c for c in verdict.get("cells", []) if not c.get("eligible", True)]
-    failures = [f"{c['cell']}: {c['failures']}" for c in verdict.get("cells", []) if any(c["failures"].values())]
-    lines.append(f"Retained failures: {outcome.get('failure') or 'no candidate failure'}; "
-                 f"contract violations in {len(violations)} cell(s); failed requests {failures or 'none'}.")
+    failures = [f"{c['cell']} " + ", ".join(f"{arm} {n}" + (f" of {c['sent'][arm]}" if c.get("sent") else "")
+                                        for arm, n in c["failures"].items())
+                for c in verdict.get("cells", []) if any(c["failures"].values())]
+    failed_run = ("the run failed: " + outcome["failure"]) if outcome.get("failure") else "the run did not fail"
+    lines.append(f"Retained failures: {failed_run}; "
+                 f"contract violations in {len(violations)} cell(s); failed requests: {'; '.join(failures) or 'none'}.")
     lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
     for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
@@ -298,9 +314,48 @@ def plot(run, dest):
     return True
 
 
+def key_path():
+    return Path(os.environ.get(KEY_ENV) or Path.home() / ".config" / "serving-rollout" / "evidence.key")
+
+
+def seal_key(create=False):
+    """The controller's sealing key (32 random bytes, mode 0600), made on first use when `create`."""
+    path = key_path()
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+def seal_of(manifest_bytes, key):
+    return {"schema": "serving-rollout.manifest-seal/v1", "key_id": hashlib.sha256(key).hexdigest()[:12],
+            "hmac_sha256": hmac.new(key, manifest_bytes, hashlib.sha256).hexdigest()}
+
+
+def check_seal(run, required=False):
+    """[(file, problem)] of the seal: [] when it matches the manifest (or is absent and not required)."""
+    run = Path(run)
+    seal = load(run, SEAL)
+    if seal is None:
+        return [(SEAL, "missing (the run was not sealed on this controller)")] if required else []
+    key = seal_key()
+    if key is None:
+        return [(SEAL, f"cannot be checked: no sealing key at {key_path()}")]
+    expected = seal_of((run / MANIFEST).read_bytes(), key)
+    if seal.get("key_id") != expected["key_id"]:
+        return [(SEAL, f"sealed with another key ({seal.get('key_id')}, this controller's is {expected['key_id']})")]
+    if not hmac.compare_digest(str(seal.get("hmac_sha256")), expected["hmac_sha256"]):
+        return [(SEAL, "does not match manifest.json (the manifest was edited after the run)")]
+    return []
+
+
 def build_manifest(run):
     run = Path(run)
-    files = sorted(p for p in run.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files = sorted(p for p in run.rglob("*") if p.is_file() and p.name not in (MANIFEST, SEAL))
     return {"schema": "serving-rollout.manifest/v1",
             "files": {str(p.relative_to(run)): sha256(p) for p in files}}
 
@@ -316,7 +371,27 @@ def verify(run):
                 if name in current and current[name] != digest]
     problems += [(name, "missing") for name in manifest["files"] if name not in current]
     problems += [(name, "not in manifest") for name in current if name not in manifest["files"]]
-    return sorted(problems)
+    return sorted(problems) + check_seal(run)
+
+
+def trust(run):
+    """What promotion acts on, or every reason not to: the files match the manifest, the manifest
+    its seal (required), and the index names the same verdict as decision.json."""
+    run = Path(run)
+    problems = [f"{name}: {problem}" for name, problem in verify(run) + (check_seal(run, required=True)
+                                                                         if (run / MANIFEST).exists() else [])]
+    problems = list(dict.fromkeys(problems))
+    decision = load(run, "decision.json") or {}
+    index = load(run.parent.parent, "index.json", {"runs": []})
+    listed = [r for r in index.get("runs", []) if r.get("path") == str(run.relative_to(run.parent.parent))]
+    if not listed:
+        problems.append(f"index.json: no entry for {run.parent.name}/{run.name}")
+    elif listed[-1].get("verdict") != decision.get("verdict"):
+        problems.append(f"index.json says {listed[-1].get('verdict')!r}, "
+                        f"decision.json says {decision.get('verdict')!r}")
+    return {"verdict": decision.get("verdict"), "promotion_allowed": decision.get("promotion_allowed"),
+            "decision_sha256": sha256(run / "decision.json") if (run / "decision.json").exists() else None,
+            "problems": problems}
 
 
 def finalize(run):
@@ -334,7 +409,9 @@ def finalize(run):
     (run / "decision.json").write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
     plot(run, run / "cells.png")
     (run / "result-card.md").write_text(render_card(run))
-    (run / MANIFEST).write_text(json.dumps(build_manifest(run), indent=2, sort_keys=True) + "\n")
+    manifest = (json.dumps(build_manifest(run), indent=2, sort_keys=True) + "\n").encode()
+    (run / MANIFEST).write_bytes(manifest)
+    (run / SEAL).write_text(json.dumps(seal_of(manifest, seal_key(create=True)), indent=2) + "\n")
     with fleet.locked(run.parent.parent):  # hosts of one batch finish in parallel
         index_path = run.parent.parent / "index.json"
         index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}
@@ -343,7 +420,7 @@ def finalize(run):
                               "host": decision["host"], "candidate_id": decision["candidate_id"],
                               "verdict": decision["verdict"]})
         fleet.write_json(index_path, index)
-    return decision
+    return {**decision, "decision_sha256": sha256(run / "decision.json")}
 
 
 def check_dir(folder, min_free_mib):
@@ -375,7 +452,7 @@ def main(argv):
     if argv and argv[0] == "predict" and len(argv) in (3, 4):
         print(json.dumps(predict_flag(argv[1], float(argv[2]), float(argv[3]) if len(argv) == 4 else None)))
         return
-    if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify"):
+    if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify", "trust"):
         raise SystemExit(__doc__)
     command, run = argv
     if not Path(run).is_dir():
@@ -387,6 +464,11 @@ def main(argv):
             raise SystemExit(f"cannot finalize {run}: {exc.filename or run}: {exc.strerror}") from None
     elif command == "card":
         sys.stdout.write(render_card(run))
+    elif command == "trust":
+        record = trust(run)
+        print(json.dumps(record))
+        if record["problems"]:
+            raise SystemExit(f"run {run} cannot be trusted: " + "; ".join(record["problems"]))
     else:
         problems = verify(run)
         for name, problem in problems:

@@ -1,16 +1,17 @@
 """A full rollout's evidence on the lab host, the result card, the manifest, and promote.yml."""
 
+import hashlib
 import json
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, run_playbook
 
 LAB = "serving-lab-gpu-1"
 SECRETS = ("lab-secret-6f1d0c9e2b7a4e58", "hf_labSecretToken0123456789abcdef")
-EVIDENCE_TOOL = [sys.executable, str(REPO / "tools" / "evidence.py")]
+EVIDENCE_TOOL = [sys.executable, "-m", "serving_rollout.evidence"]
 
 
 def lab(*command, check=True):
@@ -126,6 +127,55 @@ def test_promotion_refused_for_a_failing_decision(tmp_path):
     before = unit_text()
     refused = promote(tmp_path, run_id, run_id)
     assert refused.returncode != 0 and f"run {run_id} does not allow promotion: verdict reject" in refused.stdout
+    assert unit_text() == before
+
+
+def forge(run, verdict, allowed):
+    """What an editor of the evidence folder can do: rewrite decision.json and recompute its hash."""
+    decision = json.loads((run / "decision.json").read_text())
+    decision.update(verdict=verdict, promotion_allowed=allowed)
+    (run / "decision.json").write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"]["decision.json"] = hashlib.sha256((run / "decision.json").read_bytes()).hexdigest()
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_forged_decision_with_its_hash_recomputed_is_refused(tmp_path):
+    """A rejected run edited to acceptable, its manifest hash recomputed: the seal (a key outside the
+    evidence tree) no longer matches; with the seal forged too (the editor holds the key), the host's
+    own record of the decision still refuses it; and the index still says reject."""
+    lab("sh", "-c", "mkdir -p /etc/engine-double/faults && echo slowdown:0.4 > "
+                    "/etc/engine-double/faults/sglang-candidate.service")
+    try:
+        result, run = rollout(tmp_path)
+    finally:
+        lab("rm", "-f", "/etc/engine-double/faults/sglang-candidate.service")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert json.loads((run / "decision.json").read_text())["verdict"] == "reject"
+    run_id = run.name.removeprefix("rollout-")
+    host_record = json.loads(lab("cat", f"/var/lib/serving-rollout/decisions/sglang.service/{run_id}.json").stdout)
+    assert host_record["verdict"] == "reject" and host_record["decision_sha256"] == \
+        hashlib.sha256((run / "decision.json").read_bytes()).hexdigest()
+    before = unit_text()
+    forge(run, "acceptable", True)
+    refused = promote(tmp_path, run_id, run_id)
+    assert refused.returncode != 0
+    assert "manifest.hmac: does not match manifest.json" in refused.stdout, refused.stdout[-2000:]
+    assert "index.json says 'reject', decision.json says 'acceptable'" in refused.stdout
+    # the editor also holds the controller's key and rewrites the seal and the index: the host's record refuses it
+    from serving_rollout import evidence as tool
+
+    (run / "manifest.hmac").write_text(json.dumps(tool.seal_of((run / "manifest.json").read_bytes(),
+                                                               tool.seal_key())) + "\n")
+    index = json.loads((tmp_path / "index.json").read_text())
+    for entry in index["runs"]:
+        entry["verdict"] = "acceptable" if entry["run_id"] == run_id else entry["verdict"]
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    refused = promote(tmp_path, run_id, run_id)
+    assert refused.returncode != 0
+    assert re.search(rf"decision.json of run {run_id} is not the decision the host recorded: evidence verdict "
+                     r"acceptable sha256 \w+, host verdict reject", re.sub(r"\s+", " ", refused.stdout)), \
+        refused.stdout[-2000:]
     assert unit_text() == before
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from conftest import run_playbook, start_lab_playbook, wait_for_lab_phase
@@ -101,6 +102,24 @@ def test_candidate_faults_restore_the_original_and_name_the_cause(lab_baseline, 
     assert "failed and the original was restored and proven; cause:" in message
     assert cause in message, message[-3000:]
     assert_restored(*lab_baseline)
+
+
+def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_acceptable(lab_baseline):
+    """The field case: the candidate passes its gates, then dies in its cells and systemd restarts it.
+    Its process identity changed, so the run fails with that cause, restores, and decides reject."""
+    inject("crash_after:8")  # the gates send fewer; the cells meet the crash
+    result = rollout(rollout_cell_requests=6, rollout_cell_progress_every=2, rollout_bracket_requests=4)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "failed and the original was restored and proven; cause:" in message, message[-3000:]
+    assert re.search(r"the candidate engine (restarted|exited) during the (cells|last cell): ActiveState \w+, "
+                     r"MainPID \d+ -> \d+, NRestarts \d+ -> \d+", message), message[-3000:]
+    assert_restored(*lab_baseline)
+    run = sorted(Path(EVIDENCE).glob("lab-gpu-1/rollout-*"), key=lambda p: p.stat().st_mtime)[-1]
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject" and decision["promotion_allowed"] is False, decision
+    card = (run / "result-card.md").read_text()
+    assert "Retained failures: the run failed: " in card and ("restarted" in card or "exited" in card), card
 
 
 def test_straggler_after_stop_is_waited_for(lab_baseline):

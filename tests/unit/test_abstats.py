@@ -64,6 +64,37 @@ def test_failures_are_counted_not_dropped():
     assert result["metrics"]["e2e_s"]["candidate"]["n"] == 11
 
 
+FAILED = {"ttft_s": None, "e2e_s": None, "decode_tps": None, "error": "connection refused"}
+
+
+def test_a_candidate_that_fails_requests_is_rejected_even_when_what_answered_was_faster():
+    """The field case: the candidate crashed at its third request; 3 answers were faster, 5 failed,
+    and the second cell failed every request. Never acceptable."""
+    fast = cell(11, cand_e2e=0.8, n=8)
+    fast["candidate"][3:] = [FAILED] * 5
+    dead = cell(12, n=8)
+    dead["candidate"] = [FAILED] * 8
+    verdicts = [abstats.cell_verdict(fast), abstats.cell_verdict(dead)]
+    decision = abstats.decide(verdicts)
+    assert decision["decision"] == "reject", decision
+    assert decision["reasons"] == ["4k candidate failed 5 of 8 request(s) (limit 0)",
+                                   "4k candidate failed 8 of 8 request(s) (limit 0)"]
+    # a limit the operator allows: one failure is tolerated, a cell it cannot time is not judged
+    one = cell(13, cand_e2e=0.9)
+    one["candidate"][0] = FAILED
+    assert abstats.decide([abstats.cell_verdict(one)], max_failed=1)["decision"] == "acceptable"
+    assert abstats.decide(verdicts, max_failed=8)["decision"] == "inconclusive"
+
+
+def test_a_cell_an_arm_could_not_be_timed_in_makes_the_decision_inconclusive_at_best():
+    better = abstats.cell_verdict(cell(14, cand_e2e=0.9))
+    blind = cell(15)
+    blind["baseline"] = [[FAILED] * 12, [FAILED] * 12]
+    decision = abstats.decide([better, abstats.cell_verdict(blind)])
+    assert decision["decision"] == "inconclusive"
+    assert decision["reasons"][0] == "4k could not be timed: too few successful requests in an arm"
+
+
 def test_summary_percentiles_only_where_n_allows():
     assert "p90" not in abstats.summarize(range(9)) and "p90" in abstats.summarize(range(10))
     assert "p99" in abstats.summarize(range(100))

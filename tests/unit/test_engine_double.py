@@ -58,9 +58,13 @@ def test_multi_rank_startup_logs_are_rings_and_trees_judged_by_the_proof(engine_
 
 
 def test_health_is_503_while_starting_then_200(engine_double):
-    double = engine_double({"DOUBLE_STARTUP_S": "1.0"}, ready=False)
-    time.sleep(0.3)
-    assert get_json(double.url, "/health_generate")["status"] == 503
+    double = engine_double({"DOUBLE_STARTUP_S": "30"}, ready=False)
+    deadline = time.monotonic() + 20  # until it listens (the interpreter starting), never past its 30 s start-up
+    while (answer := get_json(double.url, "/health_generate"))["status"] is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert answer["status"] == 503, answer
+    double.stop()
+    double = engine_double({"DOUBLE_STARTUP_S": "0.5"}, ready=False)
     assert double.wait_ready()
     assert get_json(double.url, "/health_generate")["status"] == 200
 
@@ -130,22 +134,28 @@ def measure(url, n=15, tokens=8):
     return min(ttfts), min(decodes), result["usage"]["prompt_tokens"]
 
 
-def test_latency_follows_configured_model_within_2ms(engine_double):
+def test_latency_follows_configured_model(engine_double):
+    """Never faster than its model (a sleep is never short), and a model ten times slower per
+    token is slower by about that much. How close it comes to the model on an idle machine is a
+    figure (bench/bench_ab_accuracy.py), not a test: a busy machine only adds delay."""
     env = {"DOUBLE_BASE_TTFT_MS": "2", "DOUBLE_PREFILL_MS_PER_1K": "20", "DOUBLE_DECODE_MS_PER_TOKEN": "5"}
-    double = engine_double(env)
-    ttft, e2e, prompt_tokens = measure(double.url)
+    ttft, e2e, prompt_tokens = measure(engine_double(env).url)
     expected_ttft = 0.002 + 0.020 * prompt_tokens / 1000
-    assert abs(ttft - expected_ttft) < 0.002, (ttft, expected_ttft)
-    assert abs(e2e - expected_ttft - 7 * 0.005) < 0.002, (e2e, expected_ttft)
+    assert ttft >= expected_ttft - 0.001 and e2e >= expected_ttft + 7 * 0.005 - 0.001, (ttft, e2e, expected_ttft)
+    _, slow_e2e, _ = measure(engine_double({**env, "DOUBLE_DECODE_MS_PER_TOKEN": "50"}).url, n=5)
+    assert slow_e2e >= expected_ttft + 7 * 0.050 - 0.001
+    assert slow_e2e - e2e > 7 * 0.045 - 0.050, (e2e, slow_e2e)  # 315 ms apart by the model; a margin of 50 ms
 
 
 def test_control_effect_makes_prefill_faster_by_the_configured_fraction(engine_double):
-    env = {"DOUBLE_BASE_TTFT_MS": "0", "DOUBLE_PREFILL_MS_PER_1K": "30",
+    env = {"DOUBLE_BASE_TTFT_MS": "0", "DOUBLE_PREFILL_MS_PER_1K": "100",
            "DOUBLE_EFFECT_P2P": "prefill=0.25"}
     on, _, tokens = measure(engine_double({**env, "NCCL_P2P_DISABLE": "0"}).url, n=9)
     off, _, _ = measure(engine_double({**env, "NCCL_P2P_DISABLE": "1"}).url, n=9)
-    assert abs(off - 0.030 * tokens / 1000) < 0.002
-    assert abs(on - 0.75 * off) < 0.002, (on, off)
+    model = 0.100 * tokens / 1000
+    # never faster than the model; the effect's 25 % (about 50 ms) shows with half of it to spare
+    assert off >= model - 0.001 and on >= 0.75 * model - 0.001, (on, off, model)
+    assert off - on > 0.125 * model, (on, off, model)
 
 
 def test_fault_fail_at_start_exits_with_traceback(engine_double):
@@ -178,13 +188,15 @@ def test_fault_extra_word_breaks_exact_length(engine_double):
 
 
 def test_fault_drift_slows_down_over_time(engine_double):
-    env = {"DOUBLE_BASE_TTFT_MS": "10", "DOUBLE_PREFILL_MS_PER_1K": "0", "DOUBLE_FAULT": "drift:30"}
+    env = {"DOUBLE_BASE_TTFT_MS": "10", "DOUBLE_PREFILL_MS_PER_1K": "0", "DOUBLE_FAULT": "drift:600"}
     double = engine_double(env)
     body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
-    first = chat(double.url, body)["ttft_s"]
-    time.sleep(1.0)  # 30x per minute: +50% after one second
+    started = time.monotonic()
+    chat(double.url, body)
+    time.sleep(1.0)
     later = chat(double.url, body)["ttft_s"]
-    assert later > first * 1.3, (first, later)
+    # 600x per minute: +1000 % a second; at least one second on, the base 10 ms is at least 110 ms
+    assert time.monotonic() - started >= 1.0 and later >= 0.100, later
 
 
 def test_fault_straggler_outlives_stop(engine_double):
