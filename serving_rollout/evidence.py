@@ -420,7 +420,10 @@ def finalize(run):
                               "host": decision["host"], "candidate_id": decision["candidate_id"],
                               "verdict": decision["verdict"]})
         fleet.write_json(index_path, index)
-    return {**decision, "decision_sha256": sha256(run / "decision.json")}
+    # what the host keeps of this run, where the evidence's writer cannot reach (promotion checks it)
+    host_record = {"run_id": decision["run_id"], "verdict": decision["verdict"],
+                   "promotable": decision["promotion_allowed"], "decision_sha256": sha256(run / "decision.json")}
+    return {**decision, "host_record": host_record}
 
 
 def check_dir(folder, min_free_mib):
