@@ -17,8 +17,14 @@ description:
     and returns the previous holder. C(state=held) reports whether this token still holds it
     (a run checks it before touching the host in a rescue path).
   - Releasing a lock held by another token is refused, unless C(steal).
-  - Writes the lock file C(path) (present, steal) or removes it (absent); changed=true when it does.
-    In check mode it reports what it would do and writes nothing.
+  - The lock is written whole or not at all (a temporary file in the same folder, linked into place), so it is
+    never empty or partial; a lock that cannot be read (an older tool's partial write) is named as such and
+    C(steal) takes it over. A full disk is named with the path and its free space, and leaves nothing behind.
+  - With C(state=held) and C(lease_s), a held lock's lease is renewed - C(path).lease, its content the seconds
+    it holds, its mtime the renewal - which the host-side watchdog reads (no renewal in time: the host
+    restores the original itself).
+  - Writes the lock file C(path) (present, steal) or removes it (absent), and writes the lease file on renewal;
+    changed=true when it takes or releases the lock. In check mode it reports what it would do and writes nothing.
 options:
   path:
     description: Lock file.
@@ -48,6 +54,14 @@ options:
   state_file:
     description: The rollout state file whose phase a refusal names.
     type: path
+  controller:
+    description: >-
+      The controller process that holds the lock (host, pid of ansible-playbook, its start time), recorded so
+      that a refused run and rollback.yml can tell whether the holder is still alive.
+    type: dict
+  lease_s:
+    description: With state=held, renew the lease for this many seconds when the lock is held.
+    type: int
 author: serving-rollout
 """
 
@@ -69,6 +83,10 @@ held:
   description: Whether this token holds the lock (state=held).
   type: bool
   returned: when state is held
+lease:
+  description: The lease file renewed (state=held with lease_s, when held), else null.
+  type: str
+  returned: when state is held
 previous:
   description: The holder replaced by steal, if any.
   type: dict
@@ -81,6 +99,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+UNREADABLE = "unreadable"
+
 
 def read_json(path):
     try:
@@ -90,8 +110,66 @@ def read_json(path):
         return None
 
 
+def read_lock(path):
+    """The lock's content, None when there is no lock, or {UNREADABLE: size} for a lock that exists but
+    is not a lock document (empty or partial)."""
+    if not os.path.lexists(path):
+        return None
+    lock = read_json(path)
+    if isinstance(lock, dict) and lock.get("token"):
+        return lock
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = None
+    return {UNREADABLE: size}
+
+
+def free_space(folder):
+    try:
+        stat = os.statvfs(folder)
+        return f"{stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free"
+    except OSError as exc:
+        return f"free space unknown ({exc.strerror})"
+
+
+def write_whole(path, lock):
+    """Write the lock whole or not at all: a temporary file beside it, then a hard link into place
+    (which, like O_EXCL, fails when a lock exists). Returns None, or the error to name."""
+    folder = os.path.dirname(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(lock, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+        return None
+    except FileExistsError:
+        return "exists"
+    except OSError as exc:
+        return f"cannot write the lock {path}: {exc.strerror} ({folder}: {free_space(folder)})"
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def renew_lease(path, seconds):
+    """The lease the watchdog reads: its content the seconds it holds, its mtime the renewal."""
+    lease = f"{path}.lease"
+    tmp = f"{lease}.{os.getpid()}.tmp"
+    with open(tmp, "w") as handle:
+        handle.write(f"{int(seconds)}\n")
+    os.replace(tmp, lease)
+    return lease
+
+
 def describe(lock, state_file):
     """Who holds the lock, since when, and where their run got to."""
+    if UNREADABLE in lock:
+        return (f"an unreadable lock ({lock[UNREADABLE]} bytes: empty or partial, left by a run that could not "
+                "write it whole), whose holder cannot be known")
     state = read_json(state_file) or {}
     phase = state.get("phase") if state.get("run_id") in (None, lock.get("run_id")) else None
     return (f"run {lock.get('run_id')} by {lock.get('holder') or 'unknown'} since {lock.get('since')}"
@@ -108,14 +186,22 @@ def main():
             "holder": {"type": "str", "default": ""},
             "steal": {"type": "bool", "default": False},
             "state_file": {"type": "path"},
+            "controller": {"type": "dict"},
+            "lease_s": {"type": "int"},
         },
         supports_check_mode=True,
     )
     p = module.params
-    current = read_json(p["path"])
+    current = read_lock(p["path"])
     mine = bool(current) and current.get("token") == p["token"]
     if p["state"] == "held":
-        module.exit_json(changed=False, held=mine, lock=current or {})
+        try:
+            lease = renew_lease(p["path"], p["lease_s"]) if mine and p["lease_s"] and not module.check_mode else None
+        except OSError as exc:
+            folder = os.path.dirname(p["path"])
+            module.fail_json(msg=f"cannot renew the lease {p['path']}.lease: {exc.strerror} ({folder}: "
+                                 f"{free_space(folder)})")
+        module.exit_json(changed=False, held=mine, lock=current or {}, lease=lease)
     if p["state"] == "absent":
         if current is None:
             module.exit_json(changed=False, lock={})
@@ -124,6 +210,8 @@ def main():
                                  "it was not released", lock=current)
         if not module.check_mode:
             os.remove(p["path"])
+            if os.path.lexists(f"{p['path']}.lease"):
+                os.remove(f"{p['path']}.lease")
         module.exit_json(changed=True, lock={})
     if mine:
         module.exit_json(changed=False, lock=current)
@@ -131,21 +219,23 @@ def main():
         module.fail_json(msg=f"another rollout holds {p['path']}: {describe(current, p['state_file'])}. If that run "
                              "is still going, wait for it; if it was killed, run rollback.yml, which takes the lock "
                              "over, restores the original and proves it", lock=current)
-    lock = {"token": p["token"], "run_id": p["run_id"], "holder": p["holder"], "pid_on_host": os.getpid(),
+    lock = {"token": p["token"], "run_id": p["run_id"], "holder": p["holder"], "controller": p["controller"] or {},
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if module.check_mode:
         module.exit_json(changed=True, lock=lock, previous=current)
-    os.makedirs(os.path.dirname(p["path"]), mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(p["path"]), mode=0o700, exist_ok=True)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot make {os.path.dirname(p['path'])}: {exc.strerror}")
     if current:
         os.remove(p["path"])
-    try:
-        fd = os.open(p["path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        holder = read_json(p["path"]) or {}
+    problem = write_whole(p["path"], lock)
+    if problem == "exists":
+        holder = read_lock(p["path"]) or {}
         module.fail_json(msg=f"another rollout took {p['path']} first: {describe(holder, p['state_file'])}",
                          lock=holder)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(lock, handle)
+    if problem:
+        module.fail_json(msg=problem)
     back = read_json(p["path"]) or {}
     if back.get("token") != p["token"]:  # a run proceeds only on a lock it reads back as its own
         module.fail_json(msg=f"lock {p['path']} read back as another run's: {describe(back, p['state_file'])}",

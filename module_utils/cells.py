@@ -121,7 +121,9 @@ def run_cell(options):
         body = {"model": options.get("model", "default"), "stream": True, "temperature": 0,
                 "max_tokens": words * 2 + 16, "messages": [{"role": "user", "content": prompt}],
                 "stream_options": {"include_usage": True}}
-        result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600))
+        request_id = f"serving-rollout-cell-{options.get('name', 'cell')}-{options.get('arm', 'arm')}-{index}"
+        result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600),
+                      request_id=request_id)
         return request_record(index, result, words, pattern)
 
     read_stat = options.get("read_stat", read_proc_stat)

@@ -76,7 +76,7 @@ def _read_sse(response, started, result):
         result["error"] = "stream ended without data: [DONE] (truncated)"
 
 
-def chat(base_url, body, api_key=None, timeout=60.0):
+def chat(base_url, body, api_key=None, timeout=60.0, request_id=None):
     """POST /v1/chat/completions and time it from the client's side.
 
     Returns {ok, status, ttft_s, e2e_s, content, tool_calls, usage, finish_reason,
@@ -90,6 +90,8 @@ def chat(base_url, body, api_key=None, timeout=60.0):
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    if request_id:  # the engine's own request log can be matched to the evidence (vLLM, SGLang take it)
+        headers["X-Request-Id"] = request_id
     try:
         conn, prefix = _connection(base_url, timeout)
         started = time.perf_counter()

@@ -41,6 +41,9 @@ Configuration (environment, all optional):
       burst:S:F               for S seconds after ready a noisy neighbour: two busy processes
                               on the host's CPUs and every latency F longer (interference
                               that hits one arm only)
+      burst_cells:N:F         the same neighbour from this process's first cell request (X-Request-Id
+                              serving-rollout-cell-*) for N cell requests, whatever the machine's
+                              speed (the gates before the cells never meet it)
   DOUBLE_FAULT_DIR            lab hook (default /etc/engine-double/faults): a file there named
                               after this process's systemd unit (from /proc/self/cgroup)
                               adds its faults, so one unit of two sharing an
@@ -349,17 +352,36 @@ class Engine:
             "port": a.port,
         }
 
-    def token_times(self, started, prompt_tokens, count):
+    def token_times(self, started, prompt_tokens, count, extra=1.0):
         """Yields as each of `count` tokens is due: the first after the time to first token, the
-        rest one decode step apart, all scaled by this request's noise factor."""
+        rest one decode step apart, all scaled by this request's noise factor (and `extra`)."""
         factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0)) \
-            * (1.0 + float(self.faults.get("slowdown") or 0.0)) * self.burst_factor()
+            * (1.0 + float(self.faults.get("slowdown") or 0.0)) * self.burst_factor() * extra
         due = started + self.model.ttft(prompt_tokens) * factor
         for index in range(count):
             if index:
                 due += self.model.decode() * factor
             time.sleep(max(0.0, due - time.monotonic()))
             yield index
+
+    def cell_burst(self, is_cell):
+        """1 + F for the first N cell requests of a burst_cells:N:F fault (its busy neighbours start with
+        the first and are stopped after the last), else 1."""
+        if "burst_cells" not in self.faults or not is_cell:
+            return 1.0
+        count, _, extra = (self.faults["burst_cells"] or "8:0.3").partition(":")
+        with self.count_lock:
+            self.cell_requests = getattr(self, "cell_requests", 0) + 1
+            seen = self.cell_requests
+            if seen == 1:
+                self.neighbours = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 600\n"
+                                                     "while time.time() < end: pass"], start_new_session=True)
+                                   for _ in range(2)]
+            if seen > int(count):
+                for neighbour in getattr(self, "neighbours", []):
+                    neighbour.kill()
+                return 1.0
+        return 1.0 + float(extra or "0.3")
 
     def burst_factor(self):
         """1 + F while a burst:S:F fault's S seconds after ready last, else 1."""
@@ -491,7 +513,8 @@ def make_handler(engine):
             finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
             pieces = [{"tool_calls": tool_calls}] if tool_calls else [
                 {"content": (" " if i else "") + word} for i, word in enumerate(words)]
-            produced = engine.token_times(started, prompt_tokens, len(pieces))
+            is_cell = self.headers.get("X-Request-Id", "").startswith("serving-rollout-cell-")
+            produced = engine.token_times(started, prompt_tokens, len(pieces), engine.cell_burst(is_cell))
             if not body.get("stream"):
                 for _ in produced:
                     pass
@@ -551,6 +574,8 @@ def main(argv=None):
     def on_term(signum, frame):
         engine.log(f"received signal {signum}, shutting down")
         engine.ready.clear()
+        for neighbour in getattr(engine, "neighbours", []):
+            neighbour.kill()
         if "straggler" in engine.faults:
             engine.leave_straggler()
         threading.Thread(target=server.shutdown, daemon=True).start()

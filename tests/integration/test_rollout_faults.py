@@ -175,6 +175,35 @@ def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", again.stdout), again.stdout[-2000:]
 
 
+def test_lost_controller_the_host_watchdog_restores_within_its_lease(lab_baseline):
+    """The controller loses the host while the candidate serves (sshd stopped, the controller gone):
+    nothing renews the lease, so the host-side watchdog restores the original itself; rollback.yml
+    afterwards proves it and changes nothing."""
+    proc = start_background(rollout_lease_s=15, rollout_cell_requests=12, rollout_cell_progress_every=2)
+    try:
+        wait_for_phase("candidate-running")
+        lab("systemctl", "stop", "ssh.service", "ssh.socket", check=False)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 180  # the lease (15 s) and a restart, on a loaded machine too
+        while time.monotonic() < deadline:
+            if lab("test", "-e", LOCK, check=False).returncode == 1 and show()["ActiveState"] == "active":
+                break
+            time.sleep(1)
+        assert show()["ActiveState"] == "active", show()
+        records = lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-*.json").stdout
+        assert '"original": "active"' in records, records
+        journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
+        assert "the controller is gone; restoring sglang.service" in journal, journal[-2000:]
+    finally:
+        lab("systemctl", "start", "ssh.service", check=False)
+        lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", result.stdout), result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+
+
 CRASH_REQUEST = """
 import json, time, urllib.request
 for _ in range(100):

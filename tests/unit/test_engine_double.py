@@ -232,3 +232,24 @@ def test_fault_file_for_custom_all_reduce_applies_only_with_it_on(tmp_path):
     env = {"DOUBLE_FAULT_DIR": str(tmp_path), "NCCL_P2P_DISABLE": "1"}
     assert double.faults_for(env, unit="sglang-candidate.service", custom_ar=True) == {"slowdown": "0.5"}
     assert double.faults_for(env, unit="sglang-candidate.service") == {}
+
+
+def test_fault_burst_cells_hits_cell_requests_only_and_lasts_a_count_of_them(engine_double):
+    """A neighbour tied to what it tests: the first cell request brings it, N cell requests later it
+    is gone; a gate's request (no cell id) never meets it, however long anything took."""
+    env = {"DOUBLE_BASE_TTFT_MS": "500", "DOUBLE_PREFILL_MS_PER_1K": "0", "DOUBLE_FAULT": "burst_cells:2:1.0"}
+    double = engine_double(env)
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "stream": True}
+
+    def ttft(request_id=None):
+        return chat(double.url, body, request_id=request_id)["ttft_s"]
+
+    assert ttft() < 0.8  # a gate: 500 ms, never doubled
+    busy = subprocess.run(["pgrep", "-fc", "end = time.time"], capture_output=True, text=True).stdout.strip()
+    assert busy in ("", "0")
+    assert ttft("serving-rollout-cell-1k-candidate-0") >= 1.0  # doubled
+    assert subprocess.run(["pgrep", "-fc", "end = time.time"], capture_output=True, text=True).stdout.strip() == "2"
+    assert ttft("serving-rollout-cell-1k-candidate-1") >= 1.0
+    assert ttft("serving-rollout-cell-1k-candidate-2") < 0.8  # the burst is over after 2 cell requests
+    assert ttft() < 0.8
+    double.stop()
