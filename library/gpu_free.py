@@ -9,7 +9,11 @@ description:
   - With NVML (nvidia-ml-py), the compute processes of every GPU.
   - Without it (the lab), processes whose command line matches C(pattern).
   - Workers that outlive a stopped server are a known failure; callers retry until the
-    list is empty or a deadline passes. Read-only; supports check mode.
+    list is empty or a deadline passes. Read-only unless C(terminate) - supports check mode.
+  - With C(terminate), the processes still holding the GPUs that belong to the stopped engine
+    (command line matching C(engine_pattern), or in the cgroup of one of C(engine_units)) are
+    terminated - SIGTERM, then SIGKILL after C(grace_s) - and named in C(terminated) (changed=true);
+    any other process is never touched and is named in C(foreign). In check mode it changes nothing.
 options:
   timeout_s:
     description: Wait up to this many seconds for the processes to exit (0 - look once).
@@ -19,6 +23,23 @@ options:
     description: Regular expression over /proc/*/cmdline, used when NVML is not available.
     type: str
     default: ""
+  terminate:
+    description: Terminate what of the stopped engine still holds the GPUs (after the wait).
+    type: bool
+    default: false
+  engine_pattern:
+    description: Regular expression over a process's command line that makes it the engine's own (its orphans).
+    type: str
+    default: ""
+  engine_units:
+    description: systemd units whose processes are the engine's (the original and the candidate).
+    type: list
+    elements: str
+    default: []
+  grace_s:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: float
+    default: 10
 author: serving-rollout
 """
 
@@ -45,10 +66,19 @@ waited_s:
   description: Seconds waited for the processes to exit.
   type: float
   returned: always
+terminated:
+  description: The engine's processes that were terminated (pid, cmdline redacted, unit, signal that ended them).
+  type: list
+  returned: with terminate
+foreign:
+  description: Processes holding the GPUs that are not the engine's; never touched.
+  type: list
+  returned: with terminate
 """
 
 import os
 import re
+import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -118,9 +148,64 @@ def find(module):
         module.fail_json(msg=f"pattern {module.params['pattern']!r} is not a regular expression: {exc}")
 
 
+def cmdline_of(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace").replace("\0", " ").strip()
+    except OSError:
+        return ""
+
+
+def is_engines(process, engine_pattern, engine_units):
+    """A process is the stopped engine's when its command line says so or it lives in an engine unit."""
+    cmdline = cmdline_of(process["pid"])
+    return bool((engine_pattern and re.search(engine_pattern, cmdline)) or process.get("unit") in engine_units)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited: only its parent's wait is missing
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def terminate(processes, grace_s):
+    """SIGTERM each, SIGKILL what still lives after grace_s; returns them with the signal that ended each."""
+    ended = []
+    for process in processes:
+        try:
+            os.kill(process["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while any(alive(p["pid"]) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for process in processes:
+        signal_name = "SIGTERM"
+        if alive(process["pid"]):
+            signal_name = "SIGKILL"
+            try:
+                os.kill(process["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        ended.append({**process, "ended_by": signal_name})
+    return ended
+
+
 def main():
     module = AnsibleModule(argument_spec={"pattern": {"type": "str", "default": ""},
-                                          "timeout_s": {"type": "float", "default": 0}},
+                                          "timeout_s": {"type": "float", "default": 0},
+                                          "terminate": {"type": "bool", "default": False},
+                                          "engine_pattern": {"type": "str", "default": ""},
+                                          "engine_units": {"type": "list", "elements": "str", "default": []},
+                                          "grace_s": {"type": "float", "default": 10}},
                            supports_check_mode=True)
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
     started = time.monotonic()
@@ -128,7 +213,20 @@ def main():
     while found and time.monotonic() - started < module.params["timeout_s"]:
         time.sleep(1.0)
         source, found = find(module)
-    module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started)
+    if not module.params["terminate"]:
+        module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started)
+    p = module.params
+    try:
+        engines = [f for f in found if is_engines(f, p["engine_pattern"], p["engine_units"])]
+    except re.error as exc:
+        module.fail_json(msg=f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}")
+    foreign = [f for f in found if f not in engines]
+    ended = [] if module.check_mode or not engines else terminate(engines, p["grace_s"])
+    time.sleep(0.5 if ended else 0)  # a killed process leaves the GPU a moment after its exit
+    source, left = find(module)
+    module.exit_json(changed=bool(ended) or (module.check_mode and bool(engines)), source=source, processes=left,
+                     terminated=engines if module.check_mode else ended, foreign=foreign,
+                     waited_s=time.monotonic() - started)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,15 @@ description:
     and returns the previous holder. C(state=held) reports whether this token still holds it
     (a run checks it before touching the host in a rescue path).
   - Releasing a lock held by another token is refused, unless C(steal).
+  - Every lock records the host's boot (the kernel's boot id and PID 1's start time, so a container's own
+    restart counts too). A lock taken before the current boot is stale - the host rebooted under its run,
+    so nothing of that run still runs there (the candidate is never enabled, the watchdog was transient) -
+    and is taken over, returned as C(stale) for the caller to clean what the run left.
   - The lock is written whole or not at all (a temporary file in the same folder, linked into place), so it is
     never empty or partial; a lock that cannot be read (an older tool's partial write) is named as such and
     C(steal) takes it over. A full disk is named with the path and its free space, and leaves nothing behind.
   - With C(state=held) and C(lease_s), a held lock's lease is renewed - C(path).lease, its content the seconds
-    it holds, its mtime the renewal - which the host-side watchdog reads (no renewal in time: the host
+    it holds, its mtime the renewal - which the host-side watchdog reads (no renewal in time, and the host
     restores the original itself).
   - Writes the lock file C(path) (present, steal) or removes it (absent), and writes the lease file on renewal;
     changed=true when it takes or releases the lock. In check mode it reports what it would do and writes nothing.
@@ -83,6 +87,10 @@ held:
   description: Whether this token holds the lock (state=held).
   type: bool
   returned: when state is held
+stale:
+  description: The lock taken over because the host rebooted after it was taken (its content), else absent.
+  type: dict
+  returned: when a stale lock was taken over
 lease:
   description: The lease file renewed (state=held with lease_s, when held), else null.
   type: str
@@ -165,6 +173,18 @@ def renew_lease(path, seconds):
     return lease
 
 
+def boot_mark():
+    """This boot of the host: the kernel's boot id and PID 1's start time (a container restart changes it)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            kernel = handle.read().strip()
+        with open("/proc/1/stat") as handle:
+            init_start = handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return f"{kernel}/{init_start}"
+
+
 def describe(lock, state_file):
     """Who holds the lock, since when, and where their run got to."""
     if UNREADABLE in lock:
@@ -215,12 +235,15 @@ def main():
         module.exit_json(changed=True, lock={})
     if mine:
         module.exit_json(changed=False, lock=current)
-    if current and not p["steal"]:
+    stale = None
+    if current and UNREADABLE not in current and current.get("boot") and current.get("boot") != boot_mark():
+        stale = current  # the host rebooted under that run: nothing of it runs here any more
+    if current and not p["steal"] and not stale:
         module.fail_json(msg=f"another rollout holds {p['path']}: {describe(current, p['state_file'])}. If that run "
                              "is still going, wait for it; if it was killed, run rollback.yml, which takes the lock "
                              "over, restores the original and proves it", lock=current)
     lock = {"token": p["token"], "run_id": p["run_id"], "holder": p["holder"], "controller": p["controller"] or {},
-            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "boot": boot_mark(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if module.check_mode:
         module.exit_json(changed=True, lock=lock, previous=current)
     try:
@@ -243,6 +266,8 @@ def main():
     result = {"changed": True, "lock": lock}
     if current:
         result["previous"] = current
+    if stale:
+        result["stale"] = stale
     module.exit_json(**result)
 
 

@@ -87,6 +87,16 @@ def describe(module, path):
         module.fail_json(msg=f"cannot read original file {path}: {exc.strerror}")
 
 
+def free_space(folder):
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        stat = os.statvfs(folder or "/")
+        return f"{folder}: {stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free"
+    except OSError as exc:
+        return f"free space unknown: {exc.strerror}"
+
+
 def read_text(path):
     try:
         with open(path, errors="replace") as handle:
@@ -154,18 +164,33 @@ def main():
     if module.check_mode:
         module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"])
     files_dir = os.path.join(p["dest"], "files")
-    os.makedirs(files_dir, mode=0o700, exist_ok=True)
-    os.chmod(p["dest"], 0o700)
-    for index, info in enumerate(current):
-        copy = os.path.join(files_dir, f"{index:02d}-{os.path.basename(info['path'])}")
-        shutil.copyfile(info["path"], copy + ".tmp")
-        os.chmod(copy + ".tmp", 0o600)
-        if sha256_of(copy + ".tmp") != info["sha256"]:
-            os.remove(copy + ".tmp")
-            module.fail_json(msg=f"copy of {info['path']} does not match its source; snapshot not taken")
-        os.replace(copy + ".tmp", copy)
-        manifest["files"].append({**info, "copy": copy})
-    write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+    # The copies go to a staging folder first and are verified there: a failure (a full disk) removes
+    # the staging folder - no partial snapshot, no stray copy of a secret-bearing file - and leaves
+    # an earlier snapshot as it was.
+    staging = os.path.join(p["dest"], f".files-{os.getpid()}")
+    try:
+        os.makedirs(p["dest"], mode=0o700, exist_ok=True)
+        os.chmod(p["dest"], 0o700)
+        os.makedirs(staging, mode=0o700)
+        for index, info in enumerate(current):
+            name = f"{index:02d}-{os.path.basename(info['path'])}"
+            shutil.copyfile(info["path"], os.path.join(staging, name))
+            os.chmod(os.path.join(staging, name), 0o600)
+            if sha256_of(os.path.join(staging, name)) != info["sha256"]:
+                raise ValueError(f"copy of {info['path']} does not match its source")
+            manifest["files"].append({**info, "copy": os.path.join(files_dir, name)})
+        if os.path.isdir(files_dir):
+            os.rename(files_dir, staging + ".old")
+        os.rename(staging, files_dir)
+        write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+    except (OSError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.isdir(staging + ".old") and not os.path.isdir(files_dir):
+            os.rename(staging + ".old", files_dir)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        module.fail_json(msg=f"snapshot not taken in {p['dest']}: {why} ({free_space(p['dest'])}); "
+                             "nothing of this attempt was left behind, the original was not touched")
+    shutil.rmtree(staging + ".old", ignore_errors=True)
     module.exit_json(changed=True, manifest=manifest, snapshot_path=p["dest"])
 
 

@@ -15,6 +15,7 @@ before; this is a second door to the same playbooks.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -124,6 +125,21 @@ def host_outcomes(kind, evidence, run_id, stats):
     return out
 
 
+def ansible_children():
+    """This process's ansible-playbook children (runner's pexpect spawns them directly)."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == me and b"ansible-playbook" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None):
     """Run one playbook through ansible-runner; listen(event) sees every event."""
     import ansible_runner
@@ -144,15 +160,29 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
 
     env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    runner = ansible_runner.run(
-        private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
-        inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
-        event_handler=on_event, ident=run_id)
+    interrupted = []
+
+    def on_signal(signum, frame):
+        # ansible-playbook runs in its own session (runner's pty): pass the interrupt on as SIGTERM, which
+        # its interrupted callback turns into Ansible's own interrupt (it records each host's phase).
+        interrupted.append(signum)
+        for pid in ansible_children():
+            os.kill(pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
+            inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
+            event_handler=on_event, ident=run_id)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     hosts = host_outcomes(kind, evidence, run_id, runner.stats or {})
     code = exit_code(kind, runner.rc, hosts)
     result = {"schema": "serving-rollout.cli-result/v1", "command": kind, "playbook": playbook, "run_id": run_id,
               "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": MEANING[code],
-              "hosts": hosts, "artifacts": str(private / "artifacts" / run_id),
+              "hosts": hosts, "artifacts": str(private / "artifacts" / run_id), "interrupted": bool(interrupted),
               "fleet_summary": str(Path(evidence) / f"fleet-{run_id}" / "summary.json") if kind == "run" else None}
     (private / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result
@@ -221,6 +251,25 @@ def status(evidence):
     return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:]}
 
 
+def interrupted_run(args, extravars):
+    """Ctrl-C during a rollout: restore the original on the run's hosts before exiting (rollback.yml,
+    which takes each host's lock over); a second Ctrl-C leaves them to their watchdogs, and says so."""
+    run_id = extravars.get("run_id")
+    print(f"serving-rollout: interrupted (run {run_id}); restoring the original on every host of the inventory "
+          "with rollback.yml - Ctrl-C again to leave them to their host watchdogs", file=sys.stderr, flush=True)
+    kept = {k: v for k, v in extravars.items() if k not in ("run_id", "rollout_canary", "rollout_batch_size")}
+    result = run_playbook("rollback", PLAYBOOKS["rollback"], args.inventory, kept, args.evidence, quiet=args.json)
+    if result["interrupted"]:
+        print(f"serving-rollout: rollback interrupted too; each host's watchdog restores its original when its lease "
+              f"runs out; to restore now: bin/serving-rollout rollback -i {args.inventory}", file=sys.stderr)
+        return EXIT_ERROR
+    for host in result["hosts"]:
+        print(f"{host['host']}: interrupted, rollback {host['outcome']}")
+    print(f"exit {EXIT_ERROR}: the run was interrupted; rollback exit {result['exit_code']} "
+          f"({'every original restored and proven' if result['exit_code'] == 0 else result['meaning']})")
+    return EXIT_ERROR
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="serving-rollout", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -273,6 +322,8 @@ def main(argv=None):
     else:
         kind, playbook = args.command, PLAYBOOKS[args.command]
     result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json)
+    if result["interrupted"] and kind == "run":
+        return interrupted_run(args, extravars)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:

@@ -22,7 +22,7 @@ from pathlib import Path
 SCHEMA = "serving-rollout.fleet-summary/v1"
 # What a host's run ended as; only "acceptable" lets the next batch start.
 OUTCOMES = ("acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored",
-            "started", "not-started")
+            "interrupted", "started", "not-started")
 PASSING = ("acceptable",)
 
 
@@ -31,6 +31,8 @@ def outcome_of(record):
 
     record: failure (str or None), entered_candidate_phase (bool), restored (bool), decision
     (the A/B decision dict or None)."""
+    if record.get("interrupted"):  # the controller was stopped mid-run (callback_plugins/interrupted.py)
+        return "interrupted"
     if record.get("failure"):
         if not record.get("entered_candidate_phase"):
             return "refused"

@@ -27,7 +27,7 @@ TRANSPORT = ("p2p", "cumem", "custom-all-reduce")
 AFTER = {"scheduler-and-speculation": TRANSPORT}
 POLICIES = ("stop", "skip-dependents")
 # A candidate's outcome over its hosts: the worst one decides.
-RANK = ["acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored", "started",
+RANK = ["acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored", "interrupted", "started",
         "not-started"]
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
 
 LAB = "serving-lab-gpu-1"
 UNIT = "/etc/systemd/system/sglang.service"
@@ -136,6 +136,47 @@ def test_straggler_after_stop_is_waited_for(lab_baseline):
     assert_restored(*lab_baseline)
 
 
+def test_a_straggler_that_outlives_the_wait_is_terminated_named_and_the_original_serves(lab_baseline):
+    """The commonest real failure: an orphaned worker of the stopped candidate keeps the GPUs. It is
+    the engine's own (its title), so after the wait it is terminated and named, and the original
+    serves again: never a host left serving nothing."""
+    inject("straggler:600")
+    result = rollout(rollout_gpu_free_timeout_s=3, rollout_straggler_grace_s=5)
+    assert result.returncode == 0, result.stdout[-3000:]
+    message = re.sub(r"\s+", " ", result.stdout)
+    named = re.search(r"terminated 1 process\(es\) of the stopped engine still holding the GPUs: "
+                      r"(\d+) by SIG(TERM|KILL)", message)
+    assert named, message[-3000:]
+    assert lab("pgrep", "-f", "engine-double-worker", check=False).returncode == 1  # nothing of it left
+    assert_restored(*lab_baseline)
+    run = sorted(Path(EVIDENCE).glob("lab-gpu-1/rollout-*"), key=lambda p: p.stat().st_mtime)[-1]
+    restoration = json.loads((run / "restoration.json").read_text())
+    assert [p["pid"] for p in restoration["stragglers_terminated"]] == [int(named.group(1))]
+
+
+@pytest.mark.parametrize("free_kib", [0, 24])
+def test_a_full_state_folder_refuses_naming_the_path_and_leaves_nothing_behind(lab_baseline, free_kib):
+    """The host's state folder full (a small filesystem, filled up): with no room even for the lock, and
+    with room for the lock but not the snapshot. Refused before any change, the path and its free
+    space named; no lock, partial snapshot, secret-bearing copy or temporary file left; the next run
+    (room again) is not refused."""
+    state = "/var/lib/serving-rollout"
+    lab("sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {state} && "
+                    f"dd if=/dev/zero of={state}/filler bs=1k count={256 - free_kib} 2>/dev/null; df -k {state}")
+    try:
+        result = rollout()
+        left = lab("find", state, "-type", "f", "-not", "-name", "filler").stdout.split()
+    finally:
+        lab("umount", state, check=False)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "No space left on device" in message and re.search(rf"{state}\S*: [0-9.]+ MiB free", message), \
+        message[-3000:]
+    assert "stopped before any change" in message or "cannot write the lock" in message, message[-3000:]
+    assert left == [], left  # no lock, no partial snapshot, no copy of the secret-bearing env file, no temp file
+    assert show()["InvocationID"] == lab_baseline[0]  # the original was never touched
+
+
 def test_second_concurrent_run_is_refused_naming_the_holder(lab_baseline):
     lock = json.dumps({"run_id": "20261129T000000Z", "holder": "alice@ops-1 candidate.yml",
                        "since": "2026-11-29T00:00:00Z"})
@@ -201,6 +242,89 @@ def test_lost_controller_the_host_watchdog_restores_within_its_lease(lab_baselin
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", result.stdout), result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+
+
+def test_ctrl_c_of_ansible_playbook_names_the_hosts_state_and_the_recovery(lab_baseline):
+    """Ctrl-C mid-cells: Ansible runs no rescue, so the run says what it left (the phase) and the one
+    command that recovers it, and the evidence records "interrupted"; rollback.yml then restores."""
+    evidence = tempfile.mkdtemp(prefix="interrupted-")
+    proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2, rollout_evidence_dir=evidence)
+    wait_for_phase("candidate-running")
+    os.killpg(proc.pid, signal.SIGINT)
+    output = re.sub(r"\s+", " ", proc.communicate(timeout=120)[0])
+    assert proc.returncode != 0
+    said = re.search(r"INTERRUPTED: lab-gpu-1 was at phase 'candidate-running' of run (\S+); this run restored "
+                     r"nothing\. .* To restore and prove it now: ansible-playbook -i inventory/lab "
+                     r"playbooks/rollback\.yml --limit lab-gpu-1", output)
+    assert said, output[-3000:]
+    note = json.loads((Path(evidence) / "lab-gpu-1" / f"rollout-{said.group(1)}" / "interrupted.json").read_text())
+    assert note["phase"] == "candidate-running"
+    fleet = json.loads((Path(evidence) / f"fleet-{said.group(1)}" / "summary.json").read_text())
+    assert fleet["hosts"][0]["outcome"] == "interrupted", fleet
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_restored(*lab_baseline)
+
+
+def test_ctrl_c_of_serving_rollout_restores_the_original_before_it_exits(lab_baseline):
+    evidence = tempfile.mkdtemp(prefix="interrupted-cli-")
+    proc = subprocess.Popen([str(REPO / "bin" / "serving-rollout"), "run", "candidate", "-i", "inventory/lab",
+                             "--evidence", evidence, "-e", json.dumps({**FAST, "rollout_cell_requests": 12,
+                                                                        "rollout_cell_progress_every": 2})],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_phase("candidate-running")
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 4, output[-3000:]
+    assert "interrupted (run" in output and "lab-gpu-1: interrupted, rollback ok" in output, output[-3000:]
+    assert_restored(*lab_baseline)
+    summary = json.loads(next(Path(evidence).glob("fleet-*/summary.json")).read_text())
+    assert summary["hosts"][0]["outcome"] == "interrupted", summary
+
+
+def test_after_a_reboot_mid_candidate_the_next_run_cleans_the_stale_lock_and_candidate(lab_baseline):
+    """The host reboots while the candidate serves (the controller killed with it): the original comes up
+    (the candidate is never enabled); the lock and the candidate unit stay. The next run recognises the
+    lock as taken before this boot, removes the stale candidate unit, and runs."""
+    proc = start_background()
+    wait_for_phase("candidate-running")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    subprocess.run(["podman", "restart", "-t", "10", LAB], check=True, capture_output=True)
+    up = subprocess.run([str(REPO / "lab" / "up.sh")], capture_output=True, text=True)
+    assert up.returncode == 0, up.stdout + up.stderr
+    deadline = time.monotonic() + 120
+    while show()["ActiveState"] != "active" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert show()["ActiveState"] == "active"  # the original came up at boot
+    assert lab("test", "-e", LOCK, check=False).returncode == 0  # what the reboot left
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 0
+    lock = json.loads(lab("cat", LOCK).stdout)
+    result = rollout()
+    assert result.returncode == 0, result.stdout[-3000:]
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert f"took over the stale lock of run {lock['run_id']}" in message and "the host rebooted after it was taken" \
+        in message, message[-3000:]
+    state = show()
+    assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled"
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+
+
+def test_a_rollback_during_a_run_stops_its_measuring_at_once(lab_baseline):
+    """rollback.yml takes the lock over mid-cells and restores; the run checks its lock before every chunk,
+    so it measures nothing against the restored original and changes nothing further."""
+    proc = start_background(rollout_cell_requests=30, rollout_cell_progress_every=2)
+    wait_for_phase("candidate-running")
+    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    restored = show()["InvocationID"]
+    output = re.sub(r"\s+", " ", proc.communicate(timeout=300)[0])
+    assert proc.returncode != 0
+    assert re.search(r"the lock was taken over by \S+@\S+ pid \d+ .*this run stops measuring", output), output[-3000:]
+    assert "the original was left to the run that took the lock over" in output, output[-3000:]
+    assert show()["InvocationID"] == restored  # the run touched nothing after the take-over
     assert_restored(*lab_baseline)
 
 
