@@ -27,6 +27,17 @@ options:
   unit:
     description: The systemd unit running the engine, watched while waiting.
     type: str
+  stall_s:
+    description: >-
+      With C(unit), the boot watchdog - the engine's journal (this invocation) is its progress: a new line keeps
+      the wait alive, none for this many seconds with the process alive is a hang (0 - off; the time-out only).
+    type: float
+    default: 0
+  env_files:
+    description: The unit's EnvironmentFiles, whose secret values are redacted from the log line shown.
+    type: list
+    elements: path
+    default: []
 author: serving-rollout
 """
 
@@ -54,10 +65,17 @@ status:
   type: int
   returned: always
   sample: 200
+stage:
+  description: ready, or how the start failed - crash (the unit exited), hang (no progress for stall_s), slow (still
+    logging at the time-out), timeout (no log to judge by).
+  type: str
+  returned: always
+  sample: ready
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_client import wait_healthy
+from ansible.module_utils.env_files import redact_line, secret_values
 
 
 def main():
@@ -67,6 +85,8 @@ def main():
             "path": {"type": "str", "default": "/health_generate"},
             "timeout_s": {"type": "float", "required": True},
             "unit": {"type": "str"},
+            "stall_s": {"type": "float", "default": 0},
+            "env_files": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -85,7 +105,26 @@ def main():
             return f"{p['unit']} is {state.get('ActiveState')}/{state.get('SubState')}"
         return None
 
-    result = wait_healthy(p["base_url"], p["path"], p["timeout_s"], unit_failed=unit_failed)
+    secrets = secret_values(p["env_files"])
+    invocation = {}
+
+    def progress():
+        """(journal cursor, last line) of the unit's current invocation: the start-up's progress."""
+        if not invocation.get("id"):
+            _, out, _ = module.run_command(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
+            invocation["id"] = out.strip()
+        if not invocation["id"]:
+            return None, None
+        _, out, _ = module.run_command(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation['id']}", "-o", "cat",
+                                        "-n", "1", "--show-cursor", "--no-pager"])
+        lines = [line for line in out.splitlines() if line.strip()]
+        cursor = next((line for line in lines if line.startswith("-- cursor:")), None)
+        text = next((line for line in reversed(lines) if not line.startswith("-- ")), None)
+        return cursor, redact_line(text, secrets)[:200] if text else None
+
+    watch = p["unit"] and p["stall_s"] > 0
+    result = wait_healthy(p["base_url"], p["path"], p["timeout_s"], unit_failed=unit_failed,
+                          progress=progress if watch else None, stall_s=p["stall_s"])
     if not result["ok"]:
         module.fail_json(msg=result["error"], **{k: v for k, v in result.items() if k != "ok"})
     module.exit_json(changed=False, **{k: v for k, v in result.items() if k != "ok"})

@@ -61,19 +61,9 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
-from ansible.module_utils.unit_recipe import SECRET_WORDS
-
-SECRET_TEXT_RE = re.compile(
-    rf"(?i)((?:--)?[\w.-]*(?:{SECRET_WORDS})[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
-    r"(?!<redacted>)([^\s'\",)]+)")
-
-
-def redact(line, secrets):
-    for value in secrets:
-        line = line.replace(value, "<redacted>")
-    return SECRET_TEXT_RE.sub(lambda m: m.group(1) + "<redacted>", line)
 
 
 def main():

@@ -125,23 +125,46 @@ def chat(base_url, body, api_key=None, timeout=60.0, request_id=None):
 
 
 def wait_healthy(base_url, path, timeout_s, interval_s=0.5, unit_failed=None, clock=time.monotonic,
-                 sleep=time.sleep):
-    """Poll base_url+path until HTTP 200 or timeout_s: {ok, status, elapsed_s, polls, error}.
+                 sleep=time.sleep, progress=None, stall_s=0):
+    """Poll base_url+path until HTTP 200 or timeout_s: {ok, status, elapsed_s, polls, error, stage}.
     One call, no per-poll output (a successful wait prints nothing alarming). unit_failed(), when
-    given, is asked between polls and stops the wait early with its reason (the unit died)."""
+    given, is asked between polls and stops the wait early with its reason (the unit died).
+
+    progress(), when given, returns (marker, last_line) of the engine's start-up log: a new marker is
+    progress, so a slow start that keeps logging is not a hang; no new marker for stall_s (> 0) with
+    the process alive is a hang. Each failure is named as a crash, a hang or a slow start, with the
+    last log line (the phase the engine was in)."""
     started = clock()
     polls, last = 0, None
+    marker, line, moved = None, None, started
     while True:
         polls += 1
         last = get_json(base_url, path, timeout=min(5.0, max(timeout_s, 0.1)))
+        now = clock()
         if last["status"] == 200:
-            return {"ok": True, "status": 200, "elapsed_s": clock() - started, "polls": polls}
+            return {"ok": True, "status": 200, "elapsed_s": now - started, "polls": polls, "stage": "ready"}
+        if progress:
+            seen, seen_line = progress()
+            if seen != marker:
+                marker, line, moved = seen, seen_line or line, now
+        phase = "" if not progress else f"; last log line: {line!r}" if line else "; nothing logged"
         dead = unit_failed() if unit_failed else None
         if dead:
-            return {"ok": False, "status": last["status"], "elapsed_s": clock() - started, "polls": polls,
-                    "error": f"{dead} while waiting for {path}"}
-        if clock() - started >= timeout_s:
-            return {"ok": False, "status": last["status"], "elapsed_s": clock() - started, "polls": polls,
-                    "error": f"no HTTP 200 from {base_url}{path} within {timeout_s} s "
-                             f"(last: {last.get('error') or last['status']})"}
+            return {"ok": False, "status": last["status"], "elapsed_s": now - started, "polls": polls, "stage": "crash",
+                    "error": f"crash: {dead} while waiting for {path}{phase}"}
+        if progress and stall_s > 0 and now - moved >= stall_s:
+            return {"ok": False, "status": last["status"], "elapsed_s": now - started, "polls": polls, "stage": "hang",
+                    "error": f"hang: the engine logged nothing for {now - moved:.0f} s (stall limit {stall_s} s) with "
+                             f"its process alive and {base_url}{path} not 200 "
+                             f"(last: {last.get('error') or last['status']}){phase}"}
+        if now - started >= timeout_s:
+            # still logging when the time-out came (a line within the last 10 s): slow, not hung
+            slow = bool(progress and line and now - moved < 10)
+            logged = f"; the engine last logged {now - moved:.0f} s ago: {line!r}" if progress and line else phase
+            return {"ok": False, "status": last["status"], "elapsed_s": now - started, "polls": polls,
+                    "stage": "slow" if slow else "timeout",
+                    "error": f"{'slow start: ' if slow else ''}no HTTP 200 from {base_url}{path} within {timeout_s} s "
+                             f"(last: {last.get('error') or last['status']}){logged}"
+                             + ("; it is still starting, not hung: raise the ready time-out if this engine loads longer"
+                                if slow else "")}
         sleep(interval_s)

@@ -1,7 +1,20 @@
 """Read a variable from a unit's EnvironmentFiles on the host (the engine's API key), so that
 secrets are used where they live and never travel to the controller."""
 
-from .unit_recipe import is_public_name, parse_env_file
+import re
+
+from .unit_recipe import SECRET_WORDS, is_public_name, parse_env_file
+
+SECRET_TEXT_RE = re.compile(
+    rf"(?i)((?:--)?[\w.-]*(?:{SECRET_WORDS})[\w.-]*['\"]?\s*(?:=|:|\s)\s*['\"]?)"
+    r"(?!<redacted>)([^\s'\",)]+)")
+
+
+def redact_line(line, secrets):
+    """A log line with the known secret values and every secret-named value replaced by <redacted>."""
+    for value in secrets:
+        line = line.replace(value, "<redacted>")
+    return SECRET_TEXT_RE.sub(lambda m: m.group(1) + "<redacted>", line)
 
 
 def read_env_file(path):

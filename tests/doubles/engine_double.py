@@ -324,7 +324,14 @@ class Engine:
         if "hang_before_ready" in self.faults:
             self.log("waiting for workers (injected fault: hang_before_ready)")
             return
-        time.sleep(float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0")))
+        # A start-up that takes long logs its progress as a real engine's weight loading does (a line a
+        # second), so a slow start is told from a hang (hang_before_ready: one line, then nothing).
+        startup = float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0"))
+        shards = max(1, int(startup))
+        for shard in range(shards):
+            if startup > 2:
+                self.log(f"Loading safetensors checkpoint shards: {shard + 1}/{shards}")
+            time.sleep(startup / shards)
         while self.faults.get("ready_after_removed") and os.path.exists(self.faults["ready_after_removed"]):
             time.sleep(0.2)
         self.model.ready_at = time.monotonic()

@@ -122,6 +122,26 @@ def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_ac
     assert "Retained failures: the run failed: " in card and ("restarted" in card or "exited" in card), card
 
 
+def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_in_its_phase(lab_baseline):
+    """A candidate that needs 25 s and logs its loading is slow, not hung: it passes under a 10 s stall limit.
+    One that logs one line and then nothing is a hang, named with that line, long before the time-out."""
+    inject("startup:25")
+    slow = rollout(rollout_ready_timeout_s=120, rollout_boot_stall_s=10)
+    assert slow.returncode == 0, slow.stdout[-3000:]
+    assert_restored(*lab_baseline)
+    inject("hang_before_ready")
+    started = time.monotonic()
+    hung = rollout(rollout_ready_timeout_s=900, rollout_boot_stall_s=8)
+    assert hung.returncode != 0 and time.monotonic() - started < 600
+    message = re.sub(r"\s+", " ", hung.stdout)
+    assert re.search(r"hang: the engine logged nothing for \d+ s \(stall limit 8\.0 s\) with its process alive",
+                     message), message[-3000:]
+    assert "last log line: 'waiting for workers (injected fault: hang_before_ready)'" in message, message[-3000:]
+    assert "failed and the original was restored and proven" in message
+    state = show()
+    assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled"
+
+
 def test_straggler_after_stop_is_waited_for(lab_baseline):
     # The straggler outlives any delay between the stop and the wait on a loaded machine (25 s),
     # and the wait's limit is far above that (90 s): no timing margin a busy machine can erase.
