@@ -158,7 +158,8 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
             print(line, flush=True)
         return True
 
-    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    # runner sets ANSIBLE_CALLBACK_PLUGINS (its own display), which hides ansible.cfg's callback_plugins: name ours
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     interrupted = []
 
