@@ -124,7 +124,7 @@ def read_lock(path):
     if not os.path.lexists(path):
         return None
     lock = read_json(path)
-    if isinstance(lock, dict) and lock.get("token"):
+    if isinstance(lock, dict) and lock:
         return lock
     try:
         size = os.path.getsize(path)

@@ -26,6 +26,12 @@ def host_state():
     return subprocess.run(["podman", "exec", LAB, "sh", "-c", script], capture_output=True, text=True).stdout
 
 
+@pytest.fixture(autouse=True)
+def no_lock_left():
+    """Each case starts from a lab host no run holds (a test elsewhere may have been killed mid-run)."""
+    subprocess.run(["podman", "exec", LAB, "rm", "-f", "/var/lib/serving-rollout/sglang.service.lock"], check=False)
+
+
 def test_every_playbook_is_covered():
     assert set(REFUSED) <= set(PLAYBOOKS) and "capture.yml" in PLAYBOOKS
 
