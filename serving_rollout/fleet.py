@@ -144,7 +144,9 @@ def record(evidence, run_id, host, facts):
     decision = facts.get("decision") or {}
     doc = {"host": host, "outcome": outcome_of(facts), "started_at": f"{started:.3f}",
            "duration_s": round(time.time() - started, 1), "verdict": decision.get("decision"),
-           "decision_reasons": decision.get("reasons"), "evidence": facts.get("evidence"),
+           "decision_reasons": decision.get("reasons"),
+           # only a folder that exists (a run refused before its evidence has none to link to)
+           "evidence": facts.get("evidence") if facts.get("evidence") and Path(facts["evidence"]).is_dir() else None,
            "failure": facts.get("failure")}
     write_json(fleet / "hosts" / f"{host}.json", doc)
     records[host] = doc

@@ -78,3 +78,16 @@ def test_an_unwritable_evidence_folder_is_named_without_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, *TOOL, "begin", blocked, "R3", "h1", "h1"], capture_output=True, text=True)
     assert result.returncode != 0 and f"evidence folder {blocked} is not writable" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_record_links_only_to_an_evidence_folder_that_exists(tmp_path):
+    begin(tmp_path, ["h1", "h2"], hosts=("h1", "h2"))
+    (tmp_path / "h1" / "rollout-R1").mkdir(parents=True)
+    kept = fleet.record(tmp_path, "R1", "h1", {"failure": None, "entered_candidate_phase": True, "restored": True,
+                                               "decision": {"decision": "acceptable"},
+                                               "evidence": str(tmp_path / "h1" / "rollout-R1")})
+    refused = fleet.record(tmp_path, "R1", "h2", {"failure": "cannot write the lock", "entered_candidate_phase": False,
+                                                  "evidence": str(tmp_path / "h2" / "rollout-R1")})
+    assert kept["evidence"] == str(tmp_path / "h1" / "rollout-R1") and refused["evidence"] is None
+    interrupted = fleet.record(tmp_path, "R1", "h2", {"interrupted": True, "failure": "interrupted at phase x"})
+    assert interrupted["outcome"] == "interrupted"
