@@ -66,6 +66,12 @@ options:
   lease_s:
     description: With state=held, renew the lease for this many seconds when the lock is held.
     type: int
+  min_free_mib:
+    description: >-
+      Taking the lock, the free space the state folder must have (the snapshot, the state and decision records);
+      less is refused before anything is written, naming the folder and its free space.
+    type: float
+    default: 0
 author: serving-rollout
 """
 
@@ -208,6 +214,7 @@ def main():
             "state_file": {"type": "path"},
             "controller": {"type": "dict"},
             "lease_s": {"type": "int"},
+            "min_free_mib": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -246,10 +253,15 @@ def main():
             "boot": boot_mark(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if module.check_mode:
         module.exit_json(changed=True, lock=lock, previous=current)
+    folder = os.path.dirname(p["path"])
     try:
-        os.makedirs(os.path.dirname(p["path"]), mode=0o700, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
     except OSError as exc:
-        module.fail_json(msg=f"cannot make {os.path.dirname(p['path'])}: {exc.strerror}")
+        module.fail_json(msg=f"cannot make {folder}: {exc.strerror}")
+    stat = os.statvfs(folder)
+    if stat.f_bavail * stat.f_frsize / 2**20 < p["min_free_mib"]:
+        module.fail_json(msg=f"cannot take the lock: the state folder {folder} has {free_space(folder)}, under the "
+                             f"{p['min_free_mib']:g} MiB a run needs; nothing was written")
     if current:
         os.remove(p["path"])
     problem = write_whole(p["path"], lock)

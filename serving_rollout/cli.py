@@ -335,4 +335,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before any playbook started (during one, run_playbook handles it)
+        print("serving-rollout: interrupted before any playbook started; nothing was changed", file=sys.stderr)
+        sys.exit(130)

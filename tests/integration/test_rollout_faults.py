@@ -174,25 +174,27 @@ def test_a_straggler_that_outlives_the_wait_is_terminated_named_and_the_original
     assert [p["pid"] for p in restoration["stragglers_terminated"]] == [int(named.group(1))]
 
 
-@pytest.mark.parametrize("free_kib", [0, 24])
-def test_a_full_state_folder_refuses_naming_the_path_and_leaves_nothing_behind(lab_baseline, free_kib):
-    """The host's state folder full (a small filesystem, filled up): with no room even for the lock, and
-    with room for the lock but not the snapshot. Refused before any change, the path and its free
-    space named; no lock, partial snapshot, secret-bearing copy or temporary file left; the next run
-    (room again) is not refused."""
+@pytest.mark.parametrize("free_kib, min_free_mib, said", [
+    (0, 0, "cannot write the lock /var/lib/serving-rollout/sglang.service.lock: No space left on device"),
+    (200, 5, "cannot take the lock: the state folder /var/lib/serving-rollout has"),
+])
+def test_a_full_state_folder_refuses_naming_the_path_and_leaves_nothing_behind(lab_baseline, free_kib, min_free_mib,
+                                                                              said):
+    """The host's state folder full (a small filesystem, filled up): no room even for the lock (the free-space
+    check switched off), or less room than a run needs. Refused before any change, the path and its free
+    space named; no lock, partial snapshot, secret-bearing copy or temporary file left."""
     state = "/var/lib/serving-rollout"
     lab("sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {state} && "
                     f"dd if=/dev/zero of={state}/filler bs=1k count={256 - free_kib} 2>/dev/null; df -k {state}")
     try:
-        result = rollout()
+        result = rollout(rollout_state_min_free_mib=min_free_mib)
         left = lab("find", state, "-type", "f", "-not", "-name", "filler").stdout.split()
     finally:
-        lab("umount", state, check=False)
+        lab("systemctl", "stop", "serving-rollout-watchdog-sglang.service", check=False)
+        lab("umount", "-l", state, check=False)
     assert result.returncode != 0
     message = re.sub(r"\s+", " ", result.stdout)
-    assert "No space left on device" in message and re.search(rf"{state}\S*: [0-9.]+ MiB free", message), \
-        message[-3000:]
-    assert "stopped before any change" in message or "cannot write the lock" in message, message[-3000:]
+    assert said in message and re.search(rf"{state}: [0-9.]+ MiB free", message), message[-3000:]
     assert left == [], left  # no lock, no partial snapshot, no copy of the secret-bearing env file, no temp file
     assert show()["InvocationID"] == lab_baseline[0]  # the original was never touched
 
@@ -219,6 +221,24 @@ def wait_for_phase(phase, timeout=90):
     wait_for_lab_phase(STATE, phase, timeout)
 
 
+def state_run_id():
+    found = lab("cat", STATE, check=False).stdout
+    return json.loads(found).get("run_id") if found.strip() else None
+
+
+def wait_for_new_run_phase(phase, before, timeout=120):
+    """Until a run other than `before` (the state's run id when the test began) records `phase`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = lab("cat", STATE, check=False).stdout
+        if found.strip():
+            state = json.loads(found)
+            if state.get("run_id") not in (None, before) and state.get("phase") == phase:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"no new run reached phase {phase} in {timeout} s")
+
+
 def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     inject("startup:15")
     proc = start_background()
@@ -240,9 +260,10 @@ def test_lost_controller_the_host_watchdog_restores_within_its_lease(lab_baselin
     """The controller loses the host while the candidate serves (sshd stopped, the controller gone):
     nothing renews the lease, so the host-side watchdog restores the original itself; rollback.yml
     afterwards proves it and changes nothing."""
+    before = state_run_id()
     proc = start_background(rollout_lease_s=15, rollout_cell_requests=12, rollout_cell_progress_every=2)
     try:
-        wait_for_phase("candidate-running")
+        wait_for_new_run_phase("candidate-running", before)
         lab("systemctl", "stop", "ssh.service", "ssh.socket", check=False)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -269,13 +290,14 @@ def test_ctrl_c_of_ansible_playbook_names_the_hosts_state_and_the_recovery(lab_b
     """Ctrl-C mid-cells: Ansible runs no rescue, so the run says what it left (the phase) and the one
     command that recovers it, and the evidence records "interrupted"; rollback.yml then restores."""
     evidence = tempfile.mkdtemp(prefix="interrupted-")
+    before = state_run_id()
     proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2, rollout_evidence_dir=evidence)
-    wait_for_phase("candidate-running")
+    wait_for_new_run_phase("candidate-running", before)
     os.killpg(proc.pid, signal.SIGINT)
     output = re.sub(r"\s+", " ", proc.communicate(timeout=120)[0])
     assert proc.returncode != 0
     said = re.search(r"INTERRUPTED: lab-gpu-1 was at phase 'candidate-running' of run (\S+); this run restored "
-                     r"nothing\. .* To restore and prove it now: ansible-playbook -i inventory/lab "
+                     r"nothing\. .* To restore and prove it now: ansible-playbook -i \S*inventory/lab "
                      r"playbooks/rollback\.yml --limit lab-gpu-1", output)
     assert said, output[-3000:]
     note = json.loads((Path(evidence) / "lab-gpu-1" / f"rollout-{said.group(1)}" / "interrupted.json").read_text())
@@ -289,12 +311,13 @@ def test_ctrl_c_of_ansible_playbook_names_the_hosts_state_and_the_recovery(lab_b
 
 def test_ctrl_c_of_serving_rollout_restores_the_original_before_it_exits(lab_baseline):
     evidence = tempfile.mkdtemp(prefix="interrupted-cli-")
+    before = state_run_id()
     proc = subprocess.Popen([str(REPO / "bin" / "serving-rollout"), "run", "candidate", "-i", "inventory/lab",
                              "--evidence", evidence, "-e", json.dumps({**FAST, "rollout_cell_requests": 12,
                                                                         "rollout_cell_progress_every": 2})],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    wait_for_phase("candidate-running")
+    wait_for_new_run_phase("candidate-running", before)
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=600)[0]
     assert proc.returncode == 4, output[-3000:]
@@ -308,8 +331,9 @@ def test_after_a_reboot_mid_candidate_the_next_run_cleans_the_stale_lock_and_can
     """The host reboots while the candidate serves (the controller killed with it): the original comes up
     (the candidate is never enabled); the lock and the candidate unit stay. The next run recognises the
     lock as taken before this boot, removes the stale candidate unit, and runs."""
+    before = state_run_id()
     proc = start_background()
-    wait_for_phase("candidate-running")
+    wait_for_new_run_phase("candidate-running", before)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     subprocess.run(["podman", "restart", "-t", "10", LAB], check=True, capture_output=True)
@@ -335,8 +359,9 @@ def test_after_a_reboot_mid_candidate_the_next_run_cleans_the_stale_lock_and_can
 def test_a_rollback_during_a_run_stops_its_measuring_at_once(lab_baseline):
     """rollback.yml takes the lock over mid-cells and restores; the run checks its lock before every chunk,
     so it measures nothing against the restored original and changes nothing further."""
+    before = state_run_id()
     proc = start_background(rollout_cell_requests=30, rollout_cell_progress_every=2)
-    wait_for_phase("candidate-running")
+    wait_for_new_run_phase("candidate-running", before)
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     restored = show()["InvocationID"]
