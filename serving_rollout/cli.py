@@ -167,15 +167,16 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
         # ansible-playbook runs in its own session (runner's pty): pass the interrupt on as SIGTERM, which
         # its interrupted callback turns into Ansible's own interrupt (it records each host's phase).
         interrupted.append(signum)
-        for pid in ansible_children():
-            os.kill(pid, signal.SIGTERM)
+        for pid in ansible_children():  # a second interrupt does not wait for it any longer
+            os.kill(pid, signal.SIGTERM if len(interrupted) == 1 else signal.SIGKILL)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
             inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
-            event_handler=on_event, ident=run_id)
+            event_handler=on_event, ident=run_id,
+            cancel_callback=lambda: False)  # not runner's own handler, which SIGKILLs the playbook at once
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
