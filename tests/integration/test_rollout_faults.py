@@ -314,8 +314,9 @@ def test_ctrl_c_of_serving_rollout_restores_the_original_before_it_exits(lab_bas
     evidence = tempfile.mkdtemp(prefix="interrupted-cli-")
     before = state_run_id()
     proc = subprocess.Popen([str(REPO / "bin" / "serving-rollout"), "run", "candidate", "-i", "inventory/lab",
-                             "--evidence", evidence, "-e", json.dumps({**FAST, "rollout_cell_requests": 12,
-                                                                        "rollout_cell_progress_every": 2})],
+                             "--evidence", evidence, "-e",
+                             json.dumps({**{k: v for k, v in FAST.items() if k != "rollout_evidence_dir"},
+                                         "rollout_cell_requests": 12, "rollout_cell_progress_every": 2})],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     wait_for_new_run_phase("candidate-running", before)
