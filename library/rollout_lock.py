@@ -112,6 +112,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import free_mib, free_space, proc_stat
 
 UNREADABLE = "unreadable"
 
@@ -139,14 +140,6 @@ def read_lock(path):
     return {UNREADABLE: size}
 
 
-def free_space(folder):
-    try:
-        stat = os.statvfs(folder)
-        return f"{stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free"
-    except OSError as exc:
-        return f"free space unknown ({exc.strerror})"
-
-
 def write_whole(path, lock):
     """Write the lock whole or not at all: a temporary file beside it, then a hard link into place
     (which, like O_EXCL, fails when a lock exists). Returns None, or the error to name."""
@@ -163,7 +156,7 @@ def write_whole(path, lock):
     except FileExistsError:
         return "exists"
     except OSError as exc:
-        return f"cannot write the lock {path}: {exc.strerror} ({folder}: {free_space(folder)})"
+        return f"cannot write the lock {path}: {exc.strerror} ({free_space(folder)})"
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
@@ -184,11 +177,10 @@ def boot_mark():
     try:
         with open("/proc/sys/kernel/random/boot_id") as handle:
             kernel = handle.read().strip()
-        with open("/proc/1/stat") as handle:
-            init_start = handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+    except OSError:
         return None
-    return f"{kernel}/{init_start}"
+    init = proc_stat(1)
+    return f"{kernel}/{init[1]}" if init else None
 
 
 def describe(lock, state_file):
@@ -226,8 +218,7 @@ def main():
             lease = renew_lease(p["path"], p["lease_s"]) if mine and p["lease_s"] and not module.check_mode else None
         except OSError as exc:
             folder = os.path.dirname(p["path"])
-            module.fail_json(msg=f"cannot renew the lease {p['path']}.lease: {exc.strerror} ({folder}: "
-                                 f"{free_space(folder)})")
+            module.fail_json(msg=f"cannot renew the lease {p['path']}.lease: {exc.strerror} ({free_space(folder)})")
         module.exit_json(changed=False, held=mine, lock=current or {}, lease=lease)
     if p["state"] == "absent":
         if current is None:
@@ -258,10 +249,9 @@ def main():
         os.makedirs(folder, mode=0o700, exist_ok=True)
     except OSError as exc:
         module.fail_json(msg=f"cannot make {folder}: {exc.strerror}")
-    stat = os.statvfs(folder)
-    if stat.f_bavail * stat.f_frsize / 2**20 < p["min_free_mib"]:
-        module.fail_json(msg=f"cannot take the lock: the state folder {folder} has {free_space(folder)}, under the "
-                             f"{p['min_free_mib']:g} MiB a run needs; nothing was written")
+    if free_mib(folder) < p["min_free_mib"]:
+        module.fail_json(msg=f"cannot take the lock: the state folder {folder} has {free_mib(folder):.1f} MiB free, "
+                             f"under the {p['min_free_mib']:g} MiB a run needs; nothing was written")
     if current:
         os.remove(p["path"])
     problem = write_whole(p["path"], lock)

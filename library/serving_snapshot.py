@@ -66,7 +66,7 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_files import write_atomic
+from ansible.module_utils.host_files import free_space, write_atomic
 from ansible.module_utils.unit_recipe import parse_env_file, redact_unit_text
 
 
@@ -85,16 +85,6 @@ def describe(module, path):
                 "mode": f"{info.st_mode & 0o7777:04o}", "uid": info.st_uid, "gid": info.st_gid}
     except OSError as exc:
         module.fail_json(msg=f"cannot read original file {path}: {exc.strerror}")
-
-
-def free_space(folder):
-    while folder and not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    try:
-        stat = os.statvfs(folder or "/")
-        return f"{folder}: {stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free"
-    except OSError as exc:
-        return f"free space unknown: {exc.strerror}"
 
 
 def read_text(path):

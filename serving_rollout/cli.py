@@ -127,17 +127,14 @@ def host_outcomes(kind, evidence, run_id, stats):
 
 def ansible_children():
     """This process's ansible-playbook children (runner's pexpect spawns them directly)."""
-    me, found = os.getpid(), []
+    from serving_rollout.holder import cmdline, proc_stat
+
+    children = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == me and b"ansible-playbook" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+        stat = proc_stat(entry.name) if entry.name.isdigit() else None
+        if stat and stat[0] == os.getpid() and "ansible-playbook" in cmdline(entry.name):
+            children.append(int(entry.name))
+    return children
 
 
 def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None):

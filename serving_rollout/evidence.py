@@ -27,6 +27,7 @@ from pathlib import Path
 
 from serving_rollout import fleet  # the lock and the atomic writer of index.json
 from serving_rollout.module_utils import decode_model  # pure: the same arithmetic the peer-path check uses
+from serving_rollout.module_utils.host_files import free_mib
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
@@ -360,7 +361,7 @@ def build_manifest(run):
             "files": {str(p.relative_to(run)): sha256(p) for p in files}}
 
 
-def verify(run):
+def changed_files(run):
     """[(file, problem)] for every file that differs from the manifest; [] when intact."""
     run = Path(run)
     manifest = load(run, MANIFEST)
@@ -371,16 +372,20 @@ def verify(run):
                 if name in current and current[name] != digest]
     problems += [(name, "missing") for name in manifest["files"] if name not in current]
     problems += [(name, "not in manifest") for name in current if name not in manifest["files"]]
-    return sorted(problems) + check_seal(run)
+    return sorted(problems)
+
+
+def verify(run, sealed=False):
+    """changed_files, then the seal: checked when there is one, required when `sealed`."""
+    problems = changed_files(run)
+    return problems + (check_seal(run, required=sealed) if (Path(run) / MANIFEST).exists() else [])
 
 
 def trust(run):
     """What promotion acts on, or every reason not to: the files match the manifest, the manifest
     its seal (required), and the index names the same verdict as decision.json."""
     run = Path(run)
-    problems = [f"{name}: {problem}" for name, problem in verify(run) + (check_seal(run, required=True)
-                                                                         if (run / MANIFEST).exists() else [])]
-    problems = list(dict.fromkeys(problems))
+    problems = [f"{name}: {problem}" for name, problem in verify(run, sealed=True)]
     decision = load(run, "decision.json") or {}
     index = load(run.parent.parent, "index.json", {"runs": []})
     listed = [r for r in index.get("runs", []) if r.get("path") == str(run.relative_to(run.parent.parent))]
@@ -428,7 +433,6 @@ def finalize(run):
 
 def check_dir(folder, min_free_mib):
     """Before any change: the evidence folder exists or can be made, takes a file, and has room."""
-    import os
     import tempfile
 
     folder = Path(folder)
@@ -438,10 +442,9 @@ def check_dir(folder, min_free_mib):
             pass
     except OSError as exc:
         return f"evidence folder {folder} is not writable: {exc.strerror}"
-    stat = os.statvfs(folder)
-    free_mib = stat.f_bavail * stat.f_frsize / 2**20
-    if free_mib < min_free_mib:
-        return f"evidence folder {folder} has {free_mib:.0f} MiB free, under the {min_free_mib:.0f} MiB a run needs"
+    free = free_mib(folder)
+    if free < min_free_mib:
+        return f"evidence folder {folder} has {free:.0f} MiB free, under the {min_free_mib:.0f} MiB a run needs"
     return None
 
 

@@ -13,17 +13,10 @@ import socket
 import sys
 from pathlib import Path
 
-
-def _stat(pid):
-    """(ppid, start time) of a process, None when it is gone."""
-    try:
-        after_comm = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(after_comm[1]), after_comm[19]  # fields 4 and 22
+from serving_rollout.module_utils.host_files import proc_stat
 
 
-def _cmdline(pid):
+def cmdline(pid):
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -35,16 +28,16 @@ def playbook_process(pid):
     line), or None when there is none."""
     found = None
     while pid and pid > 1:
-        if "ansible-playbook" in _cmdline(pid):
+        if "ansible-playbook" in cmdline(pid):
             found = pid
-        stat = _stat(pid)
+        stat = proc_stat(pid)
         pid = stat[0] if stat else None
     return found
 
 
 def me():
-    pid = playbook_process(_stat("self")[0])
-    return {"host": socket.gethostname(), "pid": pid, "pid_start": _stat(pid)[1] if pid else None}
+    pid = playbook_process(proc_stat("self")[0])
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": proc_stat(pid)[1] if pid else None}
 
 
 def liveness(lock, here=None):
@@ -58,7 +51,7 @@ def liveness(lock, here=None):
     who = f"ansible-playbook pid {pid} on {host}"
     if host != (here or socket.gethostname()):
         return f"{who}: on another controller, check there (ps -p {pid})"
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     if stat is None or stat[1] != str(controller.get("pid_start")):
         return f"{who}: not running (the run is dead; rollback.yml takes the lock over and restores the host)"
     return f"{who}: alive (the run is still going; wait for it, or stop it first)"

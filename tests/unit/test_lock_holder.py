@@ -19,7 +19,7 @@ _spec.loader.exec_module(rollout_lock)
 
 def controller(pid, start=None, host=None):
     return {"controller": {"host": host or socket.gethostname(), "pid": pid,
-                           "pid_start": start if start is not None else holder._stat(pid)[1]}}
+                           "pid_start": start if start is not None else holder.proc_stat(pid)[1]}}
 
 
 def test_a_live_holder_is_alive_a_dead_or_reused_pid_is_not():
