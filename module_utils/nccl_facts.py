@@ -8,13 +8,18 @@ import ctypes
 import os
 import re
 
-VERSION_LINE_RE = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")
+# NCCL >= 2.21 prints "NCCL INFO NCCL version 2.21.5+cuda12.4"; older releases a bare line
+# "NCCL version 2.18.1+cuda12.1" from the rank that created the communicator.
+VERSION_LINE_RE = re.compile(r"(?:NCCL INFO |^)NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?", re.MULTILINE)
 # One connection NCCL set up: "Channel 03/0 : 2[2] -> 3[3] via P2P/IPC/read". Older releases
-# print the bus id in the brackets (0[101c0]) and "Ring 00 :"; NET edges carry [send]/[receive].
+# print the bus id in the brackets (0[101c0]), "Ring 00 :" and "via direct shared memory"; edges to
+# another node carry [send]/[receive]. Operators paste channel lines without NCCL's prefix too.
 CHANNEL_RE = re.compile(
-    r"NCCL INFO (?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
-    r"(?: \[(?:send|receive)\])? via (\S+(?: pointer\S*)?)"
+    r"(?:NCCL INFO |^)(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
+    r"(?: \[(send|receive)\])? via (direct shared memory|\S+(?: pointer\S*)?)", re.MULTILINE
 )
+# "NCCL_P2P_LEVEL set by environment to LOC": a setting NCCL read (the proof an env control took).
+SETTING_RE = re.compile(r"NCCL INFO (NCCL_\w+) set (?:by environment )?to (\S+?)\.?\s*$", re.MULTILINE)
 # "host:pid:tid [dev] NCCL INFO comm 0x.. rank 3 nRanks 8 nNodes 1 localRanks 8 localRank 3"
 COMM_RE = re.compile(
     r"([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO (?:\w+ )?comm 0x[0-9a-fA-F]+ rank (\d+) n[Rr]anks (\d+)"
@@ -85,7 +90,7 @@ def image_probe_command(runtime, image, python="python3"):
 
 
 def normalize_transport(raw):
-    if raw.startswith("SHM/"):
+    if raw.startswith("SHM/") or raw == "direct shared memory":
         return "SHM"
     if raw.startswith("NET/"):
         return "NET"
@@ -107,10 +112,10 @@ def parse_log(text):
     channels = []
     pairs = {}
     for match in CHANNEL_RE.finditer(text):
-        channel, src, _, dst, _, raw = match.groups()
+        channel, src, _, dst, _, remote, raw = match.groups()
         transport = normalize_transport(raw)
         channels.append({"channel": int(channel), "src": int(src), "dst": int(dst),
-                         "transport": transport, "raw": raw})
+                         "transport": transport, "raw": raw, "remote": bool(remote)})
         pairs.setdefault((int(src), int(dst)), set()).add(transport)
     comms = {}
     for match in COMM_RE.finditer(text):
@@ -129,6 +134,7 @@ def parse_log(text):
         "nvls": bool(NVLS_RE.search(text)),
         "collnet": bool(COLLNET_RE.search(text)),
         "warnings": WARN_RE.findall(text),
+        "settings": {m.group(1): m.group(2) for m in SETTING_RE.finditer(text)},
         "summary": summarize_pairs(pair_list),
     }
     parsed["proof"] = p2p_proof(parsed)
@@ -171,11 +177,15 @@ def p2p_proof(parsed):
     hosts = {int(rank): info["host"] for rank, info in parsed.get("ranks", {}).items()}
     single_node = any(info.get("nnodes") == 1 for info in parsed.get("ranks", {}).values())
 
-    def local(src, dst):
-        # Unknown placement counts as local: a serving unit is one host, so NET is a failure.
+    def local(edge):
+        # NCCL marks an edge to another node [send]/[receive]; otherwise unknown placement counts
+        # as local: a serving unit is one host, so NET there is a failure.
+        if edge.get("remote") and not single_node:
+            return False
+        src, dst = edge["src"], edge["dst"]
         return single_node or src not in hosts or dst not in hosts or hosts[src] == hosts[dst]
 
-    judged = [e for e in edges if local(e["src"], e["dst"])]
+    judged = [e for e in edges if local(e)]
     reasons = []
     if not judged:
         reasons.append("no NCCL connection lines between local ranks in the log")
@@ -200,7 +210,7 @@ def p2p_proof(parsed):
         if rank not in receivers:
             reasons.append(f"rank {rank} never receives over P2P")
     return {"in_effect": not reasons, "reasons": reasons, "ranks": ranks,
-            "edges": len(judged), "p2p_edges": len(p2p_edges)}
+            "edges": len(judged), "p2p_edges": len(p2p_edges), "remote_edges": len(edges) - len(judged)}
 
 
 def p2p_in_effect(parsed):

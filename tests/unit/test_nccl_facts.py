@@ -101,7 +101,7 @@ def proof_of(name):
 def test_multi_rank_p2p_logs_prove_p2p_although_pairs_are_one_direction(name, transports, edges):
     parsed, proof = proof_of(name)
     assert proof == {"in_effect": True, "reasons": [], "ranks": list(range(parsed["nranks"])),
-                     "edges": edges, "p2p_edges": edges}
+                     "edges": edges, "p2p_edges": edges, "remote_edges": 0}
     assert sorted({t for p in parsed["pairs"] for t in p["transports"]}) == transports
     # The ring edge 3 -> 0 (or 7 -> 0) has no reverse connection, as in real logs.
     last = parsed["nranks"] - 1
