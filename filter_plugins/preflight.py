@@ -80,8 +80,12 @@ def preflight_checks(facts, expected, require_nvml=True):
 
     versions = (facts["journal"].get("nccl") or {}).get("versions") or []
     pinned = _pinned(expected, "nccl_version")
-    checks.append(_record("NCCL version as pinned (from the engine's log)", versions, pinned,
-                          bool(versions) and (pinned is None or versions == [str(pinned)])))
+    if pinned is None:
+        checks.append(_record("NCCL version as pinned (from the engine's log)", versions, None, True,
+                              None if versions else "no NCCL version pinned and none in the engine's log"))
+    else:
+        checks.append(_record("NCCL version as pinned (from the engine's log)", versions, pinned,
+                              versions == [str(pinned)]))
 
     unit_name = unit.get("Id") or unit.get("Names")
     # A container's processes run in the runtime's scope (libpod-<id>.scope, docker-<id>.scope),
@@ -91,8 +95,13 @@ def preflight_checks(facts, expected, require_nvml=True):
                if p.get("unit") != unit_name and not any(s in str(p.get("unit", "")) for s in own_scopes)]
     checks.append(_record("no foreign compute processes on the GPUs", foreign, [], not foreign))
 
-    errors = facts["journal"].get("errors") or []
-    checks.append(_record("no error lines in the current invocation's journal", errors, [], not errors))
+    # The original's own warnings are its baseline (the candidate is judged against them); only a
+    # crash signature says the original is not healthy now.
+    journal = facts["journal"]
+    observed = {"crash": journal.get("cause") if journal.get("crashed") else None,
+                "warnings (baseline noise)": journal.get("warnings") or []}
+    checks.append(_record("no crash in the current invocation's journal", observed,
+                          {"crash": None}, not journal.get("crashed")))
     return checks
 
 

@@ -8,18 +8,26 @@ short_description: Wait for a serving engine's health endpoint, within a deadlin
 description:
   - Polls C(base_url)/C(path) on the host until it answers HTTP 200 or C(timeout_s) passes,
     in one module call, so a wait that succeeds prints no failed retries.
-  - With C(unit), stops early when the systemd unit enters C(failed) or stops (the engine died
-    before it became ready), naming the unit's state.
+  - The health route is the engine adapter's (SGLang C(/health_generate), which runs a generation;
+    vLLM C(/health)) unless C(path) is given.
+  - With C(unit), stops early when the systemd unit enters C(failed) or stops, or when the
+    invocation's journal shows a crash signature of the engine's adapter while the process lives
+    (a worker died, a watchdog time-out), naming the phase the start reached and the cause line.
   - Read-only; supports check mode (nothing is waited for).
 options:
   base_url:
     description: Engine URL, e.g. http://127.0.0.1:30000.
     type: str
     required: true
-  path:
-    description: Health path (SGLang answers 503 on /health_generate while starting).
+  engine:
+    description: The engine (its adapter gives the health route, the phases and the crash signatures).
     type: str
-    default: /health_generate
+    default: unknown
+    choices: [sglang, vllm, unknown]
+  path:
+    description: Health path; empty means the engine adapter's.
+    type: str
+    default: ""
   timeout_s:
     description: Deadline in seconds.
     type: float
@@ -30,7 +38,8 @@ options:
   stall_s:
     description: >-
       With C(unit), the boot watchdog - the engine's journal (this invocation) is its progress: a new line keeps
-      the wait alive, none for this many seconds with the process alive is a hang (0 - off; the time-out only).
+      the wait alive (not the heartbeat a stuck engine repeats), none for this many seconds with the process
+      alive is a hang, named with its phase (0 - off; the time-out only).
     type: float
     default: 0
   env_files:
@@ -47,6 +56,7 @@ EXAMPLES = r"""
     base_url: http://127.0.0.1:30000
     timeout_s: 1200
     unit: sglang-candidate.service
+    engine: sglang
 """
 
 RETURN = r"""
@@ -65,6 +75,16 @@ status:
   type: int
   returned: always
   sample: 200
+path:
+  description: The health route polled.
+  type: str
+  returned: always
+  sample: /health_generate
+phase:
+  description: The last start-up phase the journal showed (with C(unit) and C(stall_s)), or null.
+  type: str
+  returned: always
+  sample: cuda-graph-capture
 stage:
   description: ready, or how the start failed - crash (the unit exited), hang (no progress for stall_s), slow (still
     logging at the time-out), timeout (no log to judge by).
@@ -73,7 +93,10 @@ stage:
   sample: ready
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_adapters import adapter, health_path, phase_of, read_log
 from ansible.module_utils.engine_client import wait_healthy
 from ansible.module_utils.env_files import redact_line, secret_values
 
@@ -82,7 +105,8 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "base_url": {"type": "str", "required": True},
-            "path": {"type": "str", "default": "/health_generate"},
+            "engine": {"type": "str", "default": "unknown", "choices": ["sglang", "vllm", "unknown"]},
+            "path": {"type": "str", "default": ""},
             "timeout_s": {"type": "float", "required": True},
             "unit": {"type": "str"},
             "stall_s": {"type": "float", "default": 0},
@@ -93,38 +117,59 @@ def main():
     p = module.params
     if p["timeout_s"] <= 0:
         module.fail_json(msg=f"timeout_s must be positive, got {p['timeout_s']}")
+    path = p["path"] or health_path(p["engine"])
     if module.check_mode:
-        module.exit_json(changed=False, elapsed_s=0.0, polls=0, status=None)
+        module.exit_json(changed=False, elapsed_s=0.0, polls=0, status=None, path=path)
+    stuck = adapter(p["engine"])["stuck_lines"]
+    secrets = secret_values(p["env_files"])
+    seen = {"id": None, "cursor": None, "phase": None, "crash": None, "lines": []}
 
     def unit_failed():
         if not p["unit"]:
             return None
         rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState,SubState", "--", p["unit"]])
         state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        where = f" (phase {seen['phase']})" if seen["phase"] else ""
         if state.get("ActiveState") in ("failed", "inactive"):
-            return f"{p['unit']} is {state.get('ActiveState')}/{state.get('SubState')}"
+            cause = read_log(p["engine"], "\n".join(seen["lines"]))["cause"] if seen["lines"] else None
+            return (f"{p['unit']} is {state.get('ActiveState')}/{state.get('SubState')}{where}"
+                    + (f"; cause: {cause}" if cause else ""))
+        if seen["crash"]:
+            return f"{p['unit']} logged a crash{where} with its process alive; cause: {seen['crash']}"
         return None
 
-    secrets = secret_values(p["env_files"])
-    invocation = {}
-
     def progress():
-        """(journal cursor, last line) of the unit's current invocation: the start-up's progress."""
-        if not invocation.get("id"):
+        """(journal cursor, last line) of the unit's current invocation: the start-up's progress. The
+        new lines also give the phase and any crash signature; a stuck engine's heartbeat is no progress."""
+        if not seen["id"]:
             _, out, _ = module.run_command(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
-            invocation["id"] = out.strip()
-        if not invocation["id"]:
+            seen["id"] = out.strip()
+        if not seen["id"]:
             return None, None
-        _, out, _ = module.run_command(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation['id']}", "-o", "cat",
-                                        "-n", "1", "--show-cursor", "--no-pager"])
-        lines = [line for line in out.splitlines() if line.strip()]
-        cursor = next((line for line in lines if line.startswith("-- cursor:")), None)
-        text = next((line for line in reversed(lines) if not line.startswith("-- ")), None)
-        return cursor, redact_line(text, secrets)[:200] if text else None
+        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={seen['id']}", "-o", "cat", "--show-cursor", "--no-pager"]
+        argv += [f"--after-cursor={seen['cursor']}"] if seen["cursor"] else []
+        _, out, _ = module.run_command(argv)
+        lines = out.splitlines()
+        cursor = next((line[len("-- cursor: "):] for line in lines if line.startswith("-- cursor: ")), None)
+        new = [redact_line(line, secrets) for line in lines if line.strip() and not line.startswith("-- ")]
+        if cursor:
+            seen["cursor"] = cursor
+        seen["lines"] = (seen["lines"] + new)[-2000:]
+        seen["phase"] = phase_of(p["engine"], new) or seen["phase"]
+        read = read_log(p["engine"], "\n".join(seen["lines"]))
+        if read["crashed"]:
+            seen["crash"] = read["cause"] or read["crash"]
+        moving = [line for line in new if not any(re.search(x, line) for x in stuck)]
+        if not moving:
+            return seen.get("marker"), seen.get("last")
+        seen["marker"], seen["last"] = cursor, moving[-1][:200]
+        where = f"[{seen['phase']}] " if seen["phase"] else ""
+        return seen["marker"], where + seen["last"]
 
     watch = p["unit"] and p["stall_s"] > 0
-    result = wait_healthy(p["base_url"], p["path"], p["timeout_s"], unit_failed=unit_failed,
+    result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=unit_failed,
                           progress=progress if watch else None, stall_s=p["stall_s"])
+    result.update(path=path, phase=seen["phase"])
     if not result["ok"]:
         module.fail_json(msg=result["error"], **{k: v for k, v in result.items() if k != "ok"})
     module.exit_json(changed=False, **{k: v for k, v in result.items() if k != "ok"})

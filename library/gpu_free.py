@@ -31,6 +31,19 @@ options:
     description: Regular expression over a process's command line that makes it the engine's own (its orphans).
     type: str
     default: ""
+  engine:
+    description: >-
+      The engine: its adapter's worker titles (VLLM::EngineCore, sglang::scheduler_TP0, which orphans
+      keep) make a process the engine's own too.
+    type: str
+    default: unknown
+    choices: [sglang, vllm, unknown]
+  wedged_util_pct:
+    description: >-
+      With NVML, a GPU this busy (utilisation, percent) with no compute process after the wait is wedged -
+      a killed collective left it spinning until a reset; returned in C(wedged), never touched.
+    type: float
+    default: 90
   engine_units:
     description: systemd units whose processes are the engine's (the original and the candidate).
     type: list
@@ -74,6 +87,11 @@ foreign:
   description: Processes holding the GPUs that are not the engine's; never touched.
   type: list
   returned: with terminate
+wedged:
+  description: >-
+    GPUs busy with no compute process (index, utilisation, power), or null without NVML (not measurable).
+  type: list
+  returned: always
 """
 
 import os
@@ -82,6 +100,8 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_adapters import process_title_pattern
+from ansible.module_utils.nvml_facts import wedged_gpus
 from ansible.module_utils.unit_recipe import redact_argv
 
 
@@ -113,6 +133,25 @@ def nvml_processes():
                 found.append({"gpu": index, "pid": proc.pid, "used_memory": proc.usedGpuMemory,
                               "unit": unit_of(proc.pid)})
         return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+def nvml_busy():
+    """Per GPU: index, utilisation (percent) and power draw (W), or None without NVML."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        readings = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            readings.append({"index": index, "util_pct": nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                             "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0})
+        return readings
     finally:
         nvml.nvmlShutdown()
 
@@ -205,6 +244,9 @@ def main():
                                           "terminate": {"type": "bool", "default": False},
                                           "engine_pattern": {"type": "str", "default": ""},
                                           "engine_units": {"type": "list", "elements": "str", "default": []},
+                                          "engine": {"type": "str", "default": "unknown",
+                                                     "choices": ["sglang", "vllm", "unknown"]},
+                                          "wedged_util_pct": {"type": "float", "default": 90},
                                           "grace_s": {"type": "float", "default": 10}},
                            supports_check_mode=True)
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
@@ -213,20 +255,27 @@ def main():
     while found and time.monotonic() - started < module.params["timeout_s"]:
         time.sleep(1.0)
         source, found = find(module)
-    if not module.params["terminate"]:
-        module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started)
     p = module.params
+    if not p["terminate"]:
+        readings = nvml_busy() if source == "nvml" else None
+        wedged = None if readings is None else wedged_gpus(readings, found, p["wedged_util_pct"])
+        module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started,
+                         wedged=wedged)
+    titles = process_title_pattern(p["engine"])
+    engine_pattern = "|".join(x for x in (p["engine_pattern"], titles) if x)
     try:
-        engines = [f for f in found if is_engines(f, p["engine_pattern"], p["engine_units"])]
+        engines = [f for f in found if is_engines(f, engine_pattern, p["engine_units"])]
     except re.error as exc:
         module.fail_json(msg=f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}")
     foreign = [f for f in found if f not in engines]
     ended = [] if module.check_mode or not engines else terminate(engines, p["grace_s"])
     time.sleep(0.5 if ended else 0)  # a killed process leaves the GPU a moment after its exit
     source, left = find(module)
+    readings = nvml_busy() if source == "nvml" else None
     module.exit_json(changed=bool(ended) or (module.check_mode and bool(engines)), source=source, processes=left,
                      terminated=engines if module.check_mode else ended, foreign=foreign,
-                     waited_s=time.monotonic() - started)
+                     waited_s=time.monotonic() - started,
+                     wedged=None if readings is None else wedged_gpus(readings, left, p["wedged_util_pct"]))
 
 
 if __name__ == "__main__":

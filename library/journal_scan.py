@@ -4,34 +4,53 @@
 DOCUMENTATION = r"""
 ---
 module: journal_scan
-short_description: Scan one invocation's journal for readiness, errors and NCCL transport
+short_description: Read one invocation's journal with the engine's adapter - phase, crash and its cause, noise, NCCL
 description:
   - Reads the journal of a unit's invocation (C(_SYSTEMD_INVOCATION_ID)), the current one
-    by default, on the host.
+    by default, on the host, and judges it with the engine's adapter
+    (module_utils/engine_adapters.py, checked against a corpus of real logs).
   - Redacts secrets before anything is returned - the values of secret-named variables in
     the unit's EnvironmentFiles, and NAME=value / --api-key value patterns.
-  - Returns whether the ready line appeared, error lines (by configurable patterns), the
-    NCCL transport summary per rank pair (and whether P2P was in effect), whether custom
-    all-reduce was enabled, and a redacted excerpt.
+  - Returns the start-up phase reached, whether the ready line was logged (progress only -
+    readiness is HTTP's), whether a crash signature appeared and the line that names its cause,
+    error lines (fatal signatures, and warnings not seen in the original's own baseline),
+    noise (warnings known harmless or seen in the baseline, an engine's clean-stop errors),
+    the NCCL version (every format) and transport per rank pair (and whether P2P was in
+    effect), the settings NCCL read from the environment, custom all-reduce state with its
+    evidence, the KV-cache size, and a redacted excerpt.
   - Read-only; supports check mode.
 options:
   unit:
     description: The unit.
     type: str
     required: true
+  engine:
+    description: >-
+      The engine the unit runs (its adapter reads the log); C(unknown) reads only what every
+      engine shares (Python, CUDA and NCCL signatures).
+    type: str
+    required: true
+    choices: [sglang, vllm, unknown]
   invocation_id:
     description: The invocation to read; empty means the unit's current one.
     type: str
     default: ""
-  error_patterns:
-    description: Regular expressions of error lines.
+  known_noise:
+    description: >-
+      Signature keys of the healthy original's baseline invocation (a scan's C(signatures)):
+      warnings seen there are shown as noise, not errors.
     type: list
     elements: str
-    default: ["NCCL WARN", "CUDA error", "\\bXid\\b", "Traceback"]
-  ready_line:
-    description: The engine's ready line.
-    type: str
-    default: The server is fired up and ready to roll!
+    default: []
+  stop_requested:
+    description: The tool stopped this invocation, so the engine's clean-stop errors are noise.
+    type: bool
+    default: false
+  extra_error_patterns:
+    description: The operator's own regular expressions of fatal lines, beside the adapter's.
+    type: list
+    elements: str
+    default: []
   env_files:
     description: EnvironmentFiles whose secret-named values are redacted.
     type: list
@@ -48,12 +67,17 @@ EXAMPLES = r"""
 - name: Scan the candidate's start
   journal_scan:
     unit: sglang-candidate.service
+    engine: sglang
+    known_noise: "{{ baseline.scan.signatures }}"
     env_files: [/etc/sglang/sglang.env]
 """
 
 RETURN = r"""
 scan:
-  description: invocation_id, lines, ready, errors, nccl, custom_all_reduce, excerpt.
+  description: >-
+    invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
+    warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
+    custom_all_reduce_evidence, kv_cache_tokens, excerpt.
   type: dict
   returned: always
 """
@@ -61,19 +85,50 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_adapters import read_log
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
+
+
+def judge(engine, lines, known=(), stop_requested=False, extra=()):
+    """The scan of redacted lines: the adapter's reading, NCCL's, and the operator's own patterns."""
+    text = "\n".join(lines)
+    read = read_log(engine, text, known=known, stop_requested=stop_requested)
+    parsed = parse_log(text)
+    operator = [line for line in lines if any(x.search(line) for x in extra) and line not in read["errors"]]
+    return {
+        "lines": len(lines),
+        "ready": read["ready_logged"],
+        "phase": read["phase"],
+        "crashed": read["crashed"] or bool(operator),
+        "crash": read["crash"] or ("operator-pattern" if operator else None),
+        "cause": read["cause"] or (operator[0] if operator else None),
+        "errors": read["errors"] + operator,
+        "warnings": read["warnings"],
+        "noise": read["noise"],
+        "stuck": read["stuck"],
+        "signatures": read["signatures"],
+        "nccl": {"versions": sorted(set(parsed["versions"]) | set(read["nccl_versions"])),
+                 "summary": parsed["summary"], "settings": parsed["settings"],
+                 "p2p_in_effect": p2p_in_effect(parsed), "p2p_reasons": parsed["proof"]["reasons"],
+                 "ranks": parsed["proof"]["ranks"], "nvls": parsed["nvls"],
+                 "transports": sorted({t for pair in parsed["pairs"] for t in pair["transports"]})},
+        "custom_all_reduce": read["custom_all_reduce"]["state"],
+        "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
+        "kv_cache_tokens": read["kv_cache_tokens"],
+    }
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
             "unit": {"type": "str", "required": True},
+            "engine": {"type": "str", "required": True, "choices": ["sglang", "vllm", "unknown"]},
             "invocation_id": {"type": "str", "default": ""},
-            "error_patterns": {"type": "list", "elements": "str",
-                               "default": ["NCCL WARN", "CUDA error", "\\bXid\\b", "Traceback"]},
-            "ready_line": {"type": "str", "default": "The server is fired up and ready to roll!"},
+            "known_noise": {"type": "list", "elements": "str", "default": []},
+            "stop_requested": {"type": "bool", "default": False},
+            "extra_error_patterns": {"type": "list", "elements": "str", "default": []},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "excerpt_lines": {"type": "int", "default": 60},
         },
@@ -81,41 +136,24 @@ def main():
     )
     p = module.params
     try:
-        patterns = [re.compile(x) for x in p["error_patterns"]]
+        extra = [re.compile(x) for x in p["extra_error_patterns"]]
     except re.error as exc:
-        module.fail_json(msg=f"error_patterns holds a bad regular expression: {exc}")
+        module.fail_json(msg=f"extra_error_patterns holds a bad regular expression: {exc}")
     invocation = p["invocation_id"]
     if not invocation:
         rc, out, err = module.run_command(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
         invocation = out.strip()
     if not invocation:
-        module.exit_json(changed=False, scan={"invocation_id": None, "lines": 0, "ready": False, "errors": [],
-                                              "nccl": None, "custom_all_reduce": None, "excerpt": [],
-                                              "reason": f"{p['unit']} has no invocation"})
+        empty = judge(p["engine"], [])
+        module.exit_json(changed=False, scan=dict(empty, invocation_id=None, excerpt=[],
+                                                  reason=f"{p['unit']} has no invocation"))
     rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}")
     secrets = secret_values(p["env_files"])
     lines = [redact(line, secrets) for line in out.splitlines()]
-    text = "\n".join(lines)
-    parsed = parse_log(text)
-    custom = None
-    if "Custom allreduce is disabled" in text:
-        custom = "disabled"
-    elif "Custom allreduce is enabled" in text:
-        custom = "enabled"
-    scan = {
-        "invocation_id": invocation,
-        "lines": len(lines),
-        "ready": p["ready_line"] in text,
-        "errors": [line for line in lines if any(x.search(line) for x in patterns)],
-        "nccl": {"versions": parsed["versions"], "summary": parsed["summary"],
-                 "p2p_in_effect": p2p_in_effect(parsed), "p2p_reasons": parsed["proof"]["reasons"],
-                 "ranks": parsed["proof"]["ranks"], "nvls": parsed["nvls"],
-                 "transports": sorted({t for pair in parsed["pairs"] for t in pair["transports"]})},
-        "custom_all_reduce": custom,
-        "excerpt": lines[-p["excerpt_lines"]:],
-    }
+    scan = judge(p["engine"], lines, p["known_noise"], p["stop_requested"], extra)
+    scan.update(invocation_id=invocation, excerpt=lines[-p["excerpt_lines"]:])
     module.exit_json(changed=False, scan=scan)
 
 

@@ -195,15 +195,36 @@ VLLM = {
     },
 }
 
+# A unit whose engine the tool cannot name (a restore must still read its log): only what every
+# engine shares - Python, CUDA and NCCL - and no readiness or phase of its own.
+UNKNOWN = {
+    "name": "unknown",
+    "health_paths": ["/health"],
+    "models_path": "/v1/models",
+    "ready_lines": [],
+    "phases": [],
+    "crashes": _CAUSES + _ECHOES + _WARNINGS,
+    "stuck_lines": [],
+    "noise": _NOISE_COMMON,
+    "stop_lines": [],
+    "stop_noise": [],
+    "custom_all_reduce": {"enabled": [], "disabled": [], "config_off": []},
+    "kv_cache_tokens": [],
+    "process_titles": [],
+    "stop": {"waits_for_open_streams": True},
+    "examples": {},
+}
+
 ADAPTERS = {"sglang": SGLANG, "vllm": VLLM}
+ALL = dict(ADAPTERS, unknown=UNKNOWN)
 
 
 def adapter(engine):
     """The adapter of an engine by name; a clear error naming the value otherwise."""
     try:
-        return ADAPTERS[engine]
+        return ALL[engine]
     except (KeyError, TypeError):
-        raise ValueError(f"no engine adapter for {engine!r} (known: {', '.join(sorted(ADAPTERS))})") from None
+        raise ValueError(f"no engine adapter for {engine!r} (known: {', '.join(sorted(ALL))})") from None
 
 
 def _any(patterns, line):
@@ -368,8 +389,15 @@ def read_log(engine, text, known=(), stop_requested=False):
 
 
 def process_title_pattern(engine):
-    """One regular expression over a process's command line for this engine's worker titles."""
+    """One regular expression over a process's command line for this engine's worker titles
+    (empty for an engine the tool cannot name)."""
     return "|".join(adapter(engine)["process_titles"])
+
+
+def health_path(engine):
+    """The route that says the engine serves: SGLang's runs a generation, vLLM's answers once
+    its engine core is up."""
+    return adapter(engine)["health_paths"][0]
 
 
 def example(engine, key, **values):

@@ -22,6 +22,16 @@ CLOCK_SM, CLOCK_MEM = 1, 2  # NVML_CLOCK_SM, NVML_CLOCK_MEM
 TEMPERATURE_GPU = 0
 
 
+def wedged_gpus(readings, processes, util_pct=90):
+    """GPUs busy with no compute process on them: [{index, util_pct, power_w}].
+
+    After a collective is killed a GPU can stay at full utilisation and high power with no process
+    left (operators report it wedged until a reset); starting an engine on it would hang. readings
+    are NVML's per-GPU {index, util_pct, power_w}; processes are NVML's compute processes {gpu, pid}."""
+    held = {p.get("gpu") for p in processes or []}
+    return [dict(r) for r in readings if r["index"] not in held and r["util_pct"] >= util_pct]
+
+
 def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 

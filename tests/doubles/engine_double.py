@@ -23,8 +23,16 @@ Configuration (environment, all optional):
   DOUBLE_NCCL_TOPOLOGY        "two-roots": the GPUs sit on two PCIe root complexes, so with P2P
                               allowed the pairs across them print SHM (a mixed log)
   DOUBLE_VERSION              engine version reported by /server_info (default 0.5.5)
+  DOUBLE_KV_TOKENS            KV-cache size logged at start (default 500000)
+  DOUBLE_SHAPE                the engine whose log shapes it prints: sglang (default) or vllm, each line
+                              from that engine's adapter (module_utils/engine_adapters.py), which the
+                              real-log corpus checks
   DOUBLE_FAULT                comma-separated faults:
       fail_at_start           exit 1 with a Traceback before ready
+      worker_died_at_start    log vLLM's "Worker proc VllmWorker-1 died unexpectedly" and stay alive, never
+                              ready (a dead worker under a living API server)
+      warn_at_start           log an NCCL WARN line at start (the shape of a real cudawrap warning)
+      ignore_sigterm          ignore SIGTERM, as a vLLM API server with an open client stream does
       hang_before_ready       never become ready
       crash_after:N           exit 1 after N completed requests
       extra_word              one extra word in every exact-length answer
@@ -65,7 +73,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-READY_LINE = "The server is fired up and ready to roll!"
+try:
+    import engine_adapters  # beside the double on the lab host (roles/lab_serving_host copies it)
+except ImportError:  # run from the checkout: the installed package
+    from serving_rollout.module_utils import engine_adapters
+
+# SGLang's ready line, without its "[time] " prefix
+READY_LINE = engine_adapters.example("sglang", "ready", time="").split("] ", 1)[1]
 STRAGGLER_NAME = "engine-double-straggler"
 WORKER_TAG = "engine-double-worker"  # in a straggler's argv, so a process scan can find it
 
@@ -308,19 +322,42 @@ class Engine:
         for rank in range(ranks):
             say(rank, "Connected all trees")
 
+    def say(self, key, **values):
+        """One line in the real shape of the engine this double plays (its adapter's example)."""
+        shape = self.env.get("DOUBLE_SHAPE", "sglang")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S" if shape == "sglang" else "%m-%d %H:%M:%S")
+        self.log(engine_adapters.example(shape, key, time=stamp, pid=os.getpid(), model=self.args.model_path,
+                                         tp=self.args.tp_size, port=self.args.port,
+                                         version=self.server_info()["version"], **values))
+
     def start(self):
-        self.log(f"engine_double (TEST DOUBLE for SGLang {self.server_info()['version']}) starting")
-        self.log(f"server_args={json.dumps(self.server_info())}")
+        shape = self.env.get("DOUBLE_SHAPE", "sglang")
+        self.log(f"engine_double (TEST DOUBLE for {'SGLang' if shape == 'sglang' else 'vLLM'} "
+                 f"{self.server_info()['version']}) starting")
+        if shape == "vllm":
+            self.say("starting")
+            self.say("engine-init", car_off=not self.custom_ar)
+        else:
+            self.log(f"server_args={json.dumps(self.server_info())}")
         if "fail_at_start" in self.faults:
             self.log("Traceback (most recent call last):")
             self.log("RuntimeError: injected fault: fail_at_start")
             os._exit(1)
+        self.say("distributed-init", nccl=self.env.get("DOUBLE_NCCL_VERSION", "2.28.9"))
         self.nccl_lines()
+        if "warn_at_start" in self.faults:
+            self.log(f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [0] misc/cudawrap.cc:179 NCCL WARN "
+                     "Failed to find CUDA library libcuda.so (NCCL_CUDA_PATH='') :")
+        if "worker_died_at_start" in self.faults:
+            self.log(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:135] Worker proc VllmWorker-1 "
+                     "died unexpectedly, shutting down executor.")
+            return
         if self.custom_ar and self.p2p:
-            self.log("Custom allreduce is enabled")
+            # the engine using its custom all-reduce: it registers its CUDA-graph buffers
+            self.say("custom-all-reduce-enabled", n=4 * max(self.args.tp_size, 1) * 67)
         else:
             reason = "--disable-custom-all-reduce is set" if not self.custom_ar else "P2P is disabled"
-            self.log(f"Custom allreduce is disabled because {reason}")
+            self.say("custom-all-reduce-disabled", reason=reason)
         if "hang_before_ready" in self.faults:
             self.log("waiting for workers (injected fault: hang_before_ready)")
             return
@@ -340,8 +377,10 @@ class Engine:
             for _ in range(2):  # real CPU load, as a neighbour's job would put on the host
                 subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
                                   "while time.time() < end: pass"], start_new_session=True)
+        self.say("kv-cache", kv_tokens=int(self.env.get("DOUBLE_KV_TOKENS", "500000")))
+        self.say("http-starting")
         self.ready.set()
-        self.log(READY_LINE)
+        self.say("ready")
 
     def server_info(self):
         a = self.args
@@ -579,6 +618,9 @@ def main(argv=None):
     server.daemon_threads = True
 
     def on_term(signum, frame):
+        if "ignore_sigterm" in engine.faults and signum == signal.SIGTERM:
+            engine.log("received SIGTERM; waiting for the open client streams to close (injected fault)")
+            return
         engine.log(f"received signal {signum}, shutting down")
         engine.ready.clear()
         for neighbour in getattr(engine, "neighbours", []):

@@ -35,7 +35,7 @@ def test_startup_lines_follow_environment(engine_double, env, expected):
     version = env.get("DOUBLE_NCCL_VERSION", "2.28.9")
     assert f"NCCL INFO NCCL version {version}+cuda" in output
     lines = output.splitlines()
-    ready = lines.index("The server is fired up and ready to roll!")
+    ready = next(i for i, line in enumerate(lines) if line.endswith("The server is fired up and ready to roll!"))
     assert all(i < ready for i, line in enumerate(lines) if " via " in line)
 
 

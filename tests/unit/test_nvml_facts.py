@@ -83,3 +83,12 @@ def test_p2p_not_ok_and_pcie_topology(readings):
     assert not result["all_pairs_p2p_ok"]
     assert result["pairs"][0]["p2p_status"]["READ"] == "CHIPSET_NOT_SUPPORTED"
     assert result["pairs"][0]["topology"] == "PXB"
+
+
+def test_a_gpu_busy_with_no_process_is_wedged_and_a_busy_one_with_its_engine_is_not():
+    readings = [{"index": 0, "util_pct": 100, "power_w": 412.0}, {"index": 1, "util_pct": 100, "power_w": 380.0},
+                {"index": 2, "util_pct": 0, "power_w": 71.0}]
+    processes = [{"gpu": 1, "pid": 4242}]
+    assert nvml_facts.wedged_gpus(readings, processes) == [{"index": 0, "util_pct": 100, "power_w": 412.0}]
+    assert nvml_facts.wedged_gpus(readings, processes, util_pct=101) == []
+    assert nvml_facts.wedged_gpus([], []) == []

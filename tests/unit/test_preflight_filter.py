@@ -50,8 +50,9 @@ def test_a_healthy_pinned_host_passes_all_ten():
     ({"journal": {"nccl": {"versions": ["2.27.3"]}, "errors": []}}, "NCCL version as pinned (from the engine's log)"),
     ({"gpu_processes": [{"pid": 10, "unit": "sglang.service"}, {"pid": 99, "unit": "jupyter.service"}]},
      "no foreign compute processes on the GPUs"),
-    ({"journal": {"nccl": {"versions": ["2.28.9"]}, "errors": ["NCCL WARN Cuda failure"]}},
-     "no error lines in the current invocation's journal"),
+    ({"journal": {"nccl": {"versions": ["2.28.9"]}, "errors": ["RuntimeError: NCCL error: invalid usage"],
+                  "crashed": True, "cause": "RuntimeError: NCCL error: invalid usage"}},
+     "no crash in the current invocation's journal"),
 ])
 def test_each_check_fails_alone_with_observed_and_expected(change, check):
     checks = preflight_checks(facts(**change), EXPECTED)
@@ -91,3 +92,19 @@ def test_without_nvml_gpu_and_power_are_skipped_only_when_allowed():
 def test_missing_facts_are_named():
     with pytest.raises(AnsibleFilterError, match=r"missing \['nvml', 'journal', 'gpu_processes'\]"):
         preflight_checks({"unit": {}, "health_status": 200, "server_info": {}, "recipe": {}}, {})
+
+
+def test_the_originals_own_warnings_are_its_baseline_not_a_failure():
+    warn = "host:1:1 [0] misc/cudawrap.cc:179 NCCL WARN Failed to find CUDA library libcuda.so"
+    journal = {"nccl": {"versions": ["2.28.9"]}, "errors": [warn], "warnings": [warn], "crashed": False}
+    check = next(c for c in preflight_checks(facts(journal=journal), EXPECTED) if c["check"].startswith("no crash"))
+    assert check["verdict"] == "pass" and check["observed"]["warnings (baseline noise)"] == [warn]
+
+
+def test_no_nccl_pin_and_no_version_logged_is_not_a_failure():
+    journal = {"nccl": {"versions": []}, "errors": [], "crashed": False}
+    unpinned = {k: v for k, v in EXPECTED.items() if k != "nccl_version"}
+    check = next(c for c in preflight_checks(facts(journal=journal), unpinned) if c["check"].startswith("NCCL"))
+    assert check["verdict"] == "skipped" and "no NCCL version pinned" in check["reason"]
+    pinned = next(c for c in preflight_checks(facts(journal=journal), EXPECTED) if c["check"].startswith("NCCL"))
+    assert pinned["verdict"] == "fail" and pinned["observed"] == []
