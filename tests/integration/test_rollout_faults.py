@@ -88,7 +88,7 @@ def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
 
 
 @pytest.mark.parametrize("fault, cause", [
-    ("fail_at_start", "Wait for the candidate's health endpoint"),
+    ("fail_at_start", "cause: RuntimeError: injected fault: fail_at_start"),
     ("hang_before_ready", "Wait for the candidate's health endpoint"),
     ("crash_after:1", "gate json failed (candidate)"),
     ("ignore_p2p",
@@ -137,10 +137,68 @@ def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_i
     message = re.sub(r"\s+", " ", hung.stdout)
     assert re.search(r"hang: the engine logged nothing for \d+ s \(stall limit 8\.0 s\) with its process alive",
                      message), message[-3000:]
-    assert "last log line: 'waiting for workers (injected fault: hang_before_ready)'" in message, message[-3000:]
+    # named with its phase (the engine adapter's reading of the start so far) and its last line
+    assert "last log line: '[distributed-init] waiting for workers (injected fault: hang_before_ready)'" in message, \
+        message[-3000:]
     assert "failed and the original was restored and proven" in message
     state = show()
     assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled"
+
+
+def test_a_crash_signature_under_a_living_process_stops_the_wait_with_its_cause(lab_baseline):
+    """vLLM's shape: a worker dies and the API server lives on, never ready. The boot watchdog reads the
+    crash in the log and stops the wait at once (not at the 300 s time-out), naming phase and cause."""
+    inject("worker_died_at_start")
+    result = rollout(rollout_ready_timeout_s=300, rollout_boot_stall_s=240)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert re.search(r"sglang-candidate\.service logged a crash \(phase [\w-]+\) with its process alive; cause: "
+                     r"Worker proc VllmWorker-1 died unexpectedly", message), message[-3000:]
+    assert "failed and the original was restored and proven" in message
+    assert_restored(*lab_baseline)
+
+
+def test_warnings_of_the_originals_own_start_are_noise_and_a_new_one_fails_the_candidate(lab_baseline):
+    """An NCCL WARN the healthy original also prints (its baseline) is shown, not fatal; the same WARN
+    only in the candidate's start is an error new against the original: the candidate fails at start."""
+    original_faults = "/etc/engine-double/faults/sglang.service"
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo warn_at_start > {original_faults}")
+    try:
+        lab("systemctl", "restart", "sglang.service")
+        inject("warn_at_start")
+        both = rollout()
+        assert both.returncode == 0, both.stdout[-3000:]
+        run = sorted(Path(EVIDENCE).glob("lab-gpu-1/rollout-*"), key=lambda p: p.stat().st_mtime)[-1]
+        checks = json.loads((run / "preflight.json").read_text())["checks"]
+        journal = next(c for c in checks if c["check"] == "no crash in the current invocation's journal")
+        assert journal["verdict"] == "pass", journal
+        assert any("NCCL WARN Failed to find CUDA library" in w for w in journal["observed"]["warnings (baseline noise)"])
+    finally:
+        lab("rm", "-f", original_faults)
+        lab("systemctl", "restart", "sglang.service")
+    before = (show()["InvocationID"], files_hash())
+    inject("warn_at_start")
+    only_candidate = rollout()
+    assert only_candidate.returncode != 0
+    message = re.sub(r"\s+", " ", only_candidate.stdout)
+    assert re.search(r"candidate failed at start: [\w-]+: error lines new against the original: .*"
+                     r"NCCL WARN Failed to find CUDA library", message), message[-3000:]
+    assert_restored(*before)
+
+
+def test_a_candidate_that_ignores_its_stop_is_killed_at_the_tools_deadline(lab_baseline):
+    """A vLLM API server with an open client stream never exits on SIGTERM. The tool's own deadline (5 s
+    here) escalates long before the unit's TimeoutStopSec (30 s) would, and the original is restored."""
+    inject("ignore_sigterm")
+    result = rollout(rollout_stop_timeout_s=5)
+    assert result.returncode == 0, result.stdout[-3000:]
+    message = re.sub(r"\s+", " ", result.stdout)
+    took = re.search(r"sglang-candidate\.service ignored its stop for 5 s \(an engine waiting for open streams does\); "
+                     r"killed \(SIGKILL to every process of the unit\), stopped in ([0-9.]+) s", message)
+    assert took and float(took.group(1)) < 30, message[-3000:]
+    journal = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
+    assert "waiting for the open client streams to close (injected fault)" in journal
+    assert_restored(*lab_baseline)
 
 
 def test_straggler_after_stop_is_waited_for(lab_baseline):
