@@ -172,7 +172,8 @@ def test_warnings_of_the_originals_own_start_are_noise_and_a_new_one_fails_the_c
         checks = json.loads((run / "preflight.json").read_text())["checks"]
         journal = next(c for c in checks if c["check"] == "no crash in the current invocation's journal")
         assert journal["verdict"] == "pass", journal
-        assert any("NCCL WARN Failed to find CUDA library" in w for w in journal["observed"]["warnings (baseline noise)"])
+        noise = journal["observed"]["warnings (baseline noise)"]
+        assert any("NCCL WARN Failed to find CUDA library" in w for w in noise), journal
     finally:
         lab("rm", "-f", original_faults)
         lab("systemctl", "restart", "sglang.service")

@@ -253,3 +253,40 @@ def test_fault_burst_cells_hits_cell_requests_only_and_lasts_a_count_of_them(eng
     assert ttft("serving-rollout-cell-1k-candidate-2") < 0.8  # the burst is over after 2 cell requests
     assert ttft() < 0.8
     double.stop()
+
+
+@pytest.mark.parametrize("shape, env, args, custom_ar", [
+    ("sglang", {"NCCL_P2P_DISABLE": "0"}, (), "enabled"),
+    ("sglang", {"NCCL_P2P_DISABLE": "0"}, ("--disable-custom-all-reduce",), "disabled"),
+    ("vllm", {"NCCL_P2P_DISABLE": "0", "DOUBLE_KV_TOKENS": "425424"}, (), "enabled"),
+    ("vllm", {"NCCL_P2P_DISABLE": "1"}, (), "disabled"),  # no P2P: the engine turns it off itself
+])
+def test_the_doubles_start_reads_as_its_engine_through_the_same_adapter(engine_double, shape, env, args, custom_ar):
+    """The double prints each engine's shapes from the engine adapter: read back by the same adapter that
+    reads the corpus of real logs, its start is that engine's, reaching its ready phase, no crash."""
+    from serving_rollout.module_utils import engine_adapters
+
+    double = engine_double({**env, "DOUBLE_SHAPE": shape}, args=args)
+    read = engine_adapters.read_log(shape, double.stop())
+    assert read["phase"] == "ready" and read["ready_logged"], read
+    assert not read["crashed"] and read["errors"] == [], read
+    assert read["custom_all_reduce"]["state"] == custom_ar
+    assert read["nccl_versions"] == ["2.28.9"]
+    assert read["kv_cache_tokens"] == int(env.get("DOUBLE_KV_TOKENS", "500000"))
+
+
+@pytest.mark.parametrize("fault, crash, cause", [
+    ("fail_at_start", "python-traceback", "RuntimeError: injected fault: fail_at_start"),
+    ("worker_died_at_start", "worker-died", "Worker proc VllmWorker-1 died unexpectedly")])
+def test_the_doubles_start_faults_read_as_crashes_with_their_cause(engine_double, fault, crash, cause):
+    from serving_rollout.module_utils import engine_adapters
+
+    double = engine_double({"DOUBLE_FAULT": fault}, ready=False)
+    lines = []
+    while not any(cause.split(":")[0] in line for line in lines):  # printed at once at start; no time limit needed
+        line = double.proc.stdout.readline()
+        assert line, f"the double ended without its fault's line: {lines}"
+        lines.append(line.rstrip("\n"))
+    read = engine_adapters.read_log("vllm", "\n".join(lines) + "\n" + double.stop())
+    assert read["crashed"] and read["crash"] == crash, read
+    assert cause in read["cause"], read["cause"]
