@@ -1,0 +1,168 @@
+#!/usr/bin/python
+"""Ansible module: systemd's own reading of an original and its candidate, and the one-control proof."""
+
+DOCUMENTATION = r"""
+---
+module: unit_oracle
+short_description: Prove, in systemd's own reading, that a candidate unit differs from its original in one control
+description:
+  - Reads both units as systemd loaded them (after daemon-reload) - every Exec line's argv as systemd
+    split it (D-Bus through busctl), Environment, EnvironmentFiles with their '-' flags, every other
+    setting (C(systemctl show --all)) - and what the engine would get - the environment and the
+    ExecStart argv after systemd's C($VAR)/C(${VAR}) expansion, from a transient probe that systemd
+    itself starts with the unit's Environment and EnvironmentFiles (C(systemd-run --wait --pipe),
+    running only a Python one-liner that prints its argv and environment).
+  - Fails, naming every other difference, unless the two readings differ in exactly the one control
+    (C(change)) and the candidate's expected identity (its container's name, its own copy of an
+    EnvironmentFile, whose content is compared as the environment).
+  - Values of secret-named variables are never returned - only a digest keyed per call, so the two
+    readings can be compared and nothing can be looked up; argv is shown by the allow-list.
+  - Changes nothing on the host but the transient probe units, which exit at once and are collected;
+    supports check mode (the probe does not run and the proof is not made).
+options:
+  original:
+    description: The original unit.
+    type: str
+    required: true
+  candidate:
+    description: The candidate unit (written and daemon-reloaded, not started).
+    type: str
+    required: true
+  change:
+    description: The one control, as the candidate plan selected it (kind env, arg or speculative; name; value).
+    type: dict
+    required: true
+  container:
+    description: The original's container name, when it runs one (the candidate's is that name plus -candidate).
+    type: str
+    default: ""
+  python:
+    description: The interpreter the probe runs.
+    type: path
+    default: /usr/bin/python3
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Prove the candidate differs from the original in exactly one control, as systemd reads both
+  unit_oracle:
+    original: sglang.service
+    candidate: sglang-candidate.service
+    change: {kind: env, name: NCCL_P2P_DISABLE, value: "0"}
+"""
+
+RETURN = r"""
+proof:
+  description: ok, control, seen (the control's difference was found), unexplained (every other difference).
+  type: dict
+  returned: always
+differences:
+  description: Every difference between the two readings (what, before, after; values redacted).
+  type: list
+  returned: always
+"""
+
+import hashlib
+import hmac
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.unit_oracle import EXEC_PROPERTIES, differences, one_control_proof, parse_show, reading
+from ansible.module_utils.unit_recipe import is_public_name, redact_argv
+
+# Set by systemd per invocation (or by the probe itself): never part of what a unit asks for.
+PER_RUN = {"INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "PWD", "SHLVL", "_", "LANG_PROBE"}
+PROBE = ("import json, os, sys\n"
+         "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
+
+
+def object_path(unit):
+    escaped = "".join(c if c.isalnum() else f"_{ord(c):02x}" for c in unit)
+    return f"/org/freedesktop/systemd1/unit/{escaped}"
+
+
+def busctl(module, unit, interface, prop):
+    rc, out, err = module.run_command(["busctl", "--json=short", "get-property", "org.freedesktop.systemd1",
+                                       object_path(unit), f"org.freedesktop.systemd1.{interface}", prop])
+    if rc != 0:
+        module.fail_json(msg=f"systemd cannot say {prop} of {unit}: {err.strip()}")
+    return json.loads(out)["data"]
+
+
+def systemd_quote(value):
+    """A value as one unit-file word: quoted, with specifiers and escapes kept literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
+def probe(module, python, environment, environment_files, argv):
+    """The environment and the expanded argv systemd gives a unit with these settings."""
+    command = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "-p", "Type=exec"]
+    for assignment in environment:
+        command += ["-p", f"Environment={systemd_quote(assignment)}"]
+    for path, ignore in environment_files:
+        command += ["-p", f"EnvironmentFile={'-' if ignore else ''}{path}"]
+    command += [python, "-c", PROBE, *argv]
+    rc, out, err = module.run_command(command)
+    if rc != 0:
+        module.fail_json(msg=f"the environment probe (systemd-run) failed: {err.strip()[-400:]}")
+    seen = json.loads(out.strip().splitlines()[-1])
+    return seen["env"], seen["argv"]
+
+
+def read_unit(module, unit, key):
+    exec_lines = {prop: busctl(module, unit, "Service", prop) for prop in EXEC_PROPERTIES}
+    environment = busctl(module, unit, "Service", "Environment")
+    environment_files = busctl(module, unit, "Service", "EnvironmentFiles")
+    rc, out, err = module.run_command(["systemctl", "show", "--all", "--", unit])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    settings = parse_show(out)
+    if settings.get("LoadState") not in ("loaded",):
+        module.fail_json(msg=f"{unit} is {settings.get('LoadState')} for systemd (LoadError "
+                             f"{settings.get('LoadError', '')!r}): it cannot be proven")
+    start = exec_lines["ExecStart"][0][1] if exec_lines["ExecStart"] else []
+    env, argv = ({}, []) if module.check_mode else probe(module, module.params["python"], environment,
+                                                           environment_files, start[1:])
+    shown = {name: (value if is_public_name(name) else
+                    "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:16])
+             for name, value in env.items() if name not in PER_RUN}
+    return reading(exec_lines, environment, environment_files, settings, shown, argv)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "original": {"type": "str", "required": True},
+            "candidate": {"type": "str", "required": True},
+            "change": {"type": "dict", "required": True},
+            "container": {"type": "str", "default": ""},
+            "python": {"type": "path", "default": "/usr/bin/python3"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["change"].get("kind") not in ("env", "arg", "speculative"):
+        module.fail_json(msg=f"change.kind must be env, arg or speculative, got {p['change'].get('kind')!r}")
+    key = os.urandom(32)  # digests comparable within this call only
+    original = read_unit(module, p["original"], key)
+    candidate = read_unit(module, p["candidate"], key)
+    diffs = differences(original, candidate, shown=redact_argv)
+    proof = one_control_proof(diffs, p["change"], p["container"] or None)
+    # Only the allow-listed views leave the host: raw argv words can hold secrets.
+    public = [{k: d[k] for k in ("what", "before", "after")} for d in diffs]
+    proof["unexplained"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof["unexplained"]]
+    if module.check_mode:
+        module.exit_json(changed=False, proof={"ok": None, "control": None, "unexplained": [], "seen": None},
+                         differences=public)
+    if not proof["ok"]:
+        listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"])
+        why = (f"it also differs in {len(proof['unexplained'])} other thing(s): {listed}" if proof["unexplained"]
+               else f"systemd sees no change of {proof['control']} at all")
+        module.fail_json(msg=f"{p['candidate']} is not {p['original']} with one control changed in systemd's own "
+                             f"reading ({proof['control']}): {why}", proof=proof, differences=public)
+    module.exit_json(changed=False, proof=proof, differences=public)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""systemd's own reading of a unit, and the differential proof that a candidate differs from its
+original in exactly one control - as systemd reads both, never as the project's parser does.
+
+Readings come from systemd itself (D-Bus properties through busctl: every Exec line's argv as
+systemd split it, Environment, EnvironmentFiles with their '-' flags; `systemctl show` for every
+other setting; a transient probe for the environment and the expanded argv the engine would get).
+These functions only compare readings; the module gathers them.
+"""
+
+import difflib
+import hashlib
+import re
+
+# Exec properties whose argv systemd splits (busctl's a(sasbttttuii): path, argv, ignore, times, pid, ...).
+EXEC_PROPERTIES = ("ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload", "ExecStop", "ExecStopPost")
+
+# Settings of a unit that are its identity or its runtime state, not what it runs: they differ between
+# any two units (or two starts) and say nothing about the engine's command, environment or limits.
+IDENTITY_OR_STATE = re.compile(
+    r"^(Id|Names|Description|Documentation|FragmentPath|SourcePath|DropInPaths|UnitFilePreset|UnitFileState|"
+    r"LoadState|ActiveState|FreezerState|SubState|InvocationID|MainPID|ControlPID|ExecMainPID|ExecMainCode|"
+    r"ExecMainStatus|NRestarts|Result|ReloadResult|CleanResult|StatusText|StatusErrno|ControlGroup|ControlGroupId|"
+    r"StateChangeTimestamp.*|.*Timestamp(Monotonic)?|Memory(Current|Available|Peak|SwapCurrent|ZSwapCurrent)|"
+    r"CPUUsageNSec|Tasks(Current)?|IP(Ingress|Egress)(Bytes|Packets)|IO(Read|Write)(Bytes|Operations)|"
+    r"Effective(CPUs|MemoryNodes)|Exec(Start|StartPre|StartPost|Reload|Stop|StopPost|Condition)(Ex)?|"
+    r"Environment|EnvironmentFiles|NeedDaemonReload|CanStart|CanStop|CanReload|CanIsolate|CanFreeze|CanClean|"
+    r"CanLiveMount|Transient|Perpetual|Job|ConditionResult|AssertResult|Conflicts|ConflictedBy|RequiredBy|WantedBy|"
+    r"Before|After|Triggers|TriggeredBy|References|ReferencedBy|UID|GID|Refs|StopWhenUnneeded|ActivationDetails|"
+    r"InactiveExitTimestamp.*|InactiveEnterTimestamp.*|ActiveEnterTimestamp.*|ActiveExitTimestamp.*|"
+    r"ConditionTimestamp.*|AssertTimestamp.*|ExecMainStartTimestamp.*|ExecMainExitTimestamp.*|"
+    r"ExecMainHandoffTimestamp.*|StatusBusError|StatusVarlinkError|FileDescriptorStoreMax|NFileDescriptorStore)$"
+)
+
+
+def parse_show(text):
+    """`systemctl show --all` output to {property: value} (a repeated property keeps every value)."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        out[key] = value if key not in out else f"{out[key]}\n{value}"
+    return out
+
+
+def exec_argvs(busctl_data):
+    """busctl --json's data of an Exec property to [{path, argv, ignore_failure}]."""
+    return [{"path": item[0], "argv": list(item[1]), "ignore_failure": bool(item[2])} for item in busctl_data or []]
+
+
+def digest(value):
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def reading(exec_lines, environment, environment_files, settings, effective_env=None, effective_argv=None):
+    """One unit as systemd reads it. effective_env values are digests except allow-listed ones."""
+    return {"exec": {k: exec_argvs(v) for k, v in exec_lines.items()},
+            "environment": list(environment or []),
+            "environment_files": [[path, bool(ignore)] for path, ignore in environment_files or []],
+            "settings": {k: v for k, v in (settings or {}).items() if not IDENTITY_OR_STATE.match(k)},
+            "effective_env": dict(effective_env or {}),
+            "effective_argv": list(effective_argv or [])}
+
+
+def _argv_differences(name, before, after, shown):
+    out = []
+    if len(before) != len(after):
+        out.append({"what": f"{name}: number of lines", "before": len(before), "after": len(after)})
+    for index, (a, b) in enumerate(zip(before, after, strict=False)):
+        if a["path"] != b["path"]:
+            out.append({"what": f"{name}[{index}] path", "before": a["path"], "after": b["path"]})
+        if a["argv"] != b["argv"]:
+            out.append({"what": f"{name}[{index}] argv", "before": shown(a["argv"]), "after": shown(b["argv"]),
+                        "edits": word_edits(a["argv"], b["argv"]), "argv": {"before": a["argv"], "after": b["argv"]}})
+    return out
+
+
+def word_edits(before, after):
+    """The words one argv list must lose and gain to become the other (a minimal edit, in order):
+    [{"side": "before" | "after", "index": i, "word": w}] - each word with its place in its own list,
+    so a word can be judged by its neighbour (a flag's value follows the flag)."""
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
+        if op == "equal":
+            continue
+        out += [{"side": "before", "index": i, "word": before[i]} for i in range(i1, i2)]
+        out += [{"side": "after", "index": j, "word": after[j]} for j in range(j1, j2)]
+    return out
+
+
+def differences(original, candidate, shown=lambda argv: argv):
+    """Every difference between two readings: [{what, before, after}] (argv via `shown`, which
+    redacts by the allow-list). Environment and EnvironmentFiles are compared by their effect:
+    the effective environment systemd computes (a candidate points at its own copy of a file)."""
+    out = []
+    for name in EXEC_PROPERTIES:
+        out += _argv_differences(name, original["exec"].get(name, []), candidate["exec"].get(name, []), shown)
+    if original["effective_argv"] != candidate["effective_argv"]:
+        out.append({"what": "ExecStart argv after systemd's $VAR expansion",
+                    "before": shown(original["effective_argv"]), "after": shown(candidate["effective_argv"]),
+                    "edits": word_edits(original["effective_argv"], candidate["effective_argv"]),
+                    "argv": {"before": original["effective_argv"], "after": candidate["effective_argv"]}})
+    a, b = original["effective_env"], candidate["effective_env"]
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            out.append({"what": f"environment {key}", "before": a.get(key), "after": b.get(key)})
+    for flag in (True, False):  # a '-' (optional) file systemd may skip is a difference of its own
+        before = sorted(p for p, ignore in original["environment_files"] if ignore is flag)
+        after = sorted(p for p, ignore in candidate["environment_files"] if ignore is flag)
+        if len(before) != len(after):
+            out.append({"what": f"EnvironmentFiles{' (optional)' if flag else ''}: count", "before": before,
+                        "after": after})
+    sa, sb = original["settings"], candidate["settings"]
+    for key in sorted(set(sa) | set(sb)):
+        if sa.get(key) != sb.get(key):
+            out.append({"what": f"setting {key}", "before": sa.get(key), "after": sb.get(key)})
+    return out
+
+
+def bare_flag(flag):
+    """SGLang's and vLLM's --enable-*/--disable-* switches take no value: the word after one is never
+    its value (a template that glued 'Restart=always' after one made a second word, not a value)."""
+    return bool(re.match(r"--(enable|disable)-", flag or ""))
+
+
+def _edit_explained(edit, argv, change, container):
+    """Whether one added or removed argv word is the control's own or the candidate's identity."""
+    kind, name = change.get("kind"), change.get("name") or ""
+    word, index = edit["word"], edit["index"]
+    previous = argv[index - 1] if index > 0 else None
+    if kind == "arg" and (word == name or word.startswith(name + "=")):
+        return True
+    if kind == "arg" and previous == name and not bare_flag(name):
+        return True  # the flag's value
+    if kind == "speculative" and (word.startswith("--speculative-") or
+                                  (previous or "").startswith("--speculative-")):
+        return True
+    if kind == "env" and previous in ("-e", "--env") and (word == name or word.startswith(name + "=")):
+        return True  # the container's own -e entry of the control
+    if kind == "env" and previous == "--env-file":
+        return True  # the candidate's copy of the file: its content is compared as the environment
+    if container and previous == "--name" and word in (container, f"{container}-candidate"):
+        return True
+    if container and word in (f"--name={container}", f"--name={container}-candidate"):
+        return True
+    return False
+
+
+def _explained(difference, change, container):
+    """Whether one difference is the change itself or the candidate's expected identity."""
+    if change.get("kind") == "env" and difference["what"] == f"environment {change.get('name')}":
+        return True
+    edits = difference.get("edits")
+    if edits is None:
+        return False
+    return all(_edit_explained(e, difference["argv"][e["side"]], change, container) for e in edits)
+
+
+def _touches(difference, change):
+    name = change.get("name") or ""
+    if difference["what"] == f"environment {name}":
+        return True
+    if change.get("kind") == "speculative":
+        return any(e["word"].startswith("--speculative-") for e in difference.get("edits") or [])
+    return any(e["word"] == name or e["word"].startswith(name + "=") for e in difference.get("edits") or [])
+
+
+def one_control_proof(diffs, change, container=None):
+    """{ok, control, seen, unexplained}: the readings differ in the one control (and the candidate's
+    identity) and in nothing else. No difference at all is refused too: no change is no candidate."""
+    explained = [d for d in diffs if _explained(d, change, container)]
+    unexplained = [{k: v for k, v in d.items() if k not in ("argv",)} for d in diffs if d not in explained]
+    touched = any(_touches(d, change) for d in explained)
+    return {"ok": not unexplained and touched, "control": f"{change.get('kind')} {change.get('name', '')}".strip(),
+            "unexplained": unexplained, "seen": touched}
