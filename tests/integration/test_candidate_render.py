@@ -154,3 +154,32 @@ def test_original_changed_since_snapshot_is_never_overwritten():
         subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c",
                         "cat > /etc/sglang/sglang.env && chmod 600 /etc/sglang/sglang.env"],
                        input=saved, text=True, check=True)
+
+
+def test_a_second_difference_only_systemd_sees_refuses_the_candidate_before_anything_stops():
+    """A drop-in for the candidate's name (left by an operator or a config tool) that the project's parser
+    never reads: systemd merges it, so the candidate would run with NCCL_ALGO=Tree besides the one control.
+    systemd's own reading of both units catches it; the candidate is removed, the original untouched."""
+    dropin = "/etc/systemd/system/sglang-candidate.service.d"
+    lab("sh", "-c", f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=NCCL_ALGO=Tree\\n' "
+                    f"> {dropin}/10-tuning.conf")
+    try:
+        result = render()
+        assert result.returncode != 0
+        message = re.sub(r"\s+", " ", result.stdout).replace("''", "'")
+        assert "candidate refused before any change: sglang-candidate.service is not sglang.service with one " \
+               "control changed in systemd's own reading (env NCCL_P2P_DISABLE)" in message, message[-3000:]
+        assert "environment NCCL_ALGO: None -> 'Tree'" in message, message[-3000:]
+        assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+        assert lab("systemctl", "is-active", "sglang.service", check=False).stdout.strip() == "active"
+        assert SECRET not in result.stdout + result.stderr
+    finally:
+        lab("rm", "-rf", dropin)
+        lab("systemctl", "daemon-reload")
+
+
+def test_systemds_reading_proves_the_rendered_candidate_and_the_secret_only_as_a_digest():
+    result = render()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert SECRET not in result.stdout + result.stderr
+    assert "Prove in systemd's own reading that the candidate differs in exactly one control" in result.stdout
