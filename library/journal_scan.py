@@ -77,7 +77,7 @@ scan:
   description: >-
     invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
-    custom_all_reduce_evidence, kv_cache_tokens, excerpt.
+    custom_all_reduce_evidence, kv_cache_tokens, ready_after_s (first line to the first ready line), excerpt.
   type: dict
   returned: always
 """
@@ -85,7 +85,7 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_adapters import read_log
+from ansible.module_utils.engine_adapters import read_log, ready_after_s
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
@@ -147,13 +147,25 @@ def main():
         empty = judge(p["engine"], [])
         module.exit_json(changed=False, scan=dict(empty, invocation_id=None, excerpt=[],
                                                   reason=f"{p['unit']} has no invocation"))
-    rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "short-unix",
+                                       f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}")
     secrets = secret_values(p["env_files"])
-    lines = [redact(line, secrets) for line in out.splitlines()]
+    stamped = []
+    for entry in out.splitlines():  # "1733071212.123456 host ident[pid]: message"
+        stamp, _, rest = entry.partition(" ")
+        try:
+            when = float(stamp)
+        except ValueError:  # a continuation line of a multi-line message
+            if stamped:
+                stamped.append((stamped[-1][0], redact(entry, secrets)))
+            continue
+        stamped.append((when, redact(rest.split(": ", 1)[1] if ": " in rest else "", secrets)))
+    lines = [line for _, line in stamped]
     scan = judge(p["engine"], lines, p["known_noise"], p["stop_requested"], extra)
-    scan.update(invocation_id=invocation, excerpt=lines[-p["excerpt_lines"]:])
+    scan.update(invocation_id=invocation, excerpt=lines[-p["excerpt_lines"]:],
+                ready_after_s=ready_after_s(p["engine"], stamped))
     module.exit_json(changed=False, scan=scan)
 
 

@@ -388,6 +388,19 @@ def read_log(engine, text, known=(), stop_requested=False):
     }
 
 
+def ready_after_s(engine, stamped):
+    """Seconds from an invocation's first line to its first ready line: [(unix_time, line)] in order.
+    None when the log never says ready (the ready line is progress; HTTP decides readiness)."""
+    rules = adapter(engine)
+    if not stamped:
+        return None
+    first = stamped[0][0]
+    for when, line in stamped:
+        if _any(rules["ready_lines"], line):
+            return round(when - first, 3)
+    return None
+
+
 def process_title_pattern(engine):
     """One regular expression over a process's command line for this engine's worker titles
     (empty for an engine the tool cannot name)."""

@@ -142,3 +142,13 @@ def test_every_adapter_rule_has_a_log_that_needs_it_or_says_why_not():
         if not NOT_IN_THE_CORPUS.get((name, group)):
             unexplained.append((name, group, pattern))
     assert not unexplained, unexplained
+
+
+def test_the_originals_start_time_is_first_line_to_its_first_ready_line():
+    lines = BY_ID["vllm-v1-kv-cache-and-graph-capture"]["excerpt"].splitlines() + \
+        BY_ID["vllm-0.12-api-server-0-ready-line"]["excerpt"].splitlines()
+    stamped = [(1000.0 + 5 * i, line) for i, line in enumerate(lines)]
+    ready_index = next(i for i, line in enumerate(lines) if "Starting vLLM API server 0" in line)
+    assert engine_adapters.ready_after_s("vllm", stamped) == 5 * ready_index
+    assert engine_adapters.ready_after_s("vllm", stamped[:ready_index]) is None
+    assert engine_adapters.ready_after_s("sglang", []) is None
