@@ -20,7 +20,7 @@ IDENTITY_OR_STATE = re.compile(
     r"^(Id|Names|Description|Documentation|FragmentPath|SourcePath|DropInPaths|UnitFilePreset|UnitFileState|"
     r"LoadState|ActiveState|FreezerState|SubState|InvocationID|MainPID|ControlPID|ExecMainPID|ExecMainCode|"
     r"ExecMainStatus|NRestarts|Result|ReloadResult|CleanResult|StatusText|StatusErrno|ControlGroup|ControlGroupId|"
-    r"StateChangeTimestamp.*|.*Timestamp(Monotonic)?|Memory(Current|Available|Peak|SwapCurrent|ZSwapCurrent)|"
+    r"StateChangeTimestamp.*|.*Timestamp(Monotonic)?|Memory\w*(Current|Available|Peak)|WatchdogUSec|RestartUSecNext|"
     r"CPUUsageNSec|Tasks(Current)?|IP(Ingress|Egress)(Bytes|Packets)|IO(Read|Write)(Bytes|Operations)|"
     r"Effective(CPUs|MemoryNodes)|Exec(Start|StartPre|StartPost|Reload|Stop|StopPost|Condition)(Ex)?|"
     r"Environment|EnvironmentFiles|NeedDaemonReload|CanStart|CanStop|CanReload|CanIsolate|CanFreeze|CanClean|"
