@@ -29,8 +29,8 @@ Configuration (environment, all optional):
                               real-log corpus checks
   DOUBLE_FAULT                comma-separated faults:
       fail_at_start           exit 1 with a Traceback before ready
-      worker_died_at_start    log vLLM's "Worker proc VllmWorker-1 died unexpectedly" and stay alive, never
-                              ready (a dead worker under a living API server)
+      worker_died_at_start    a crash under a living process, never ready: vLLM's "Worker proc VllmWorker-1
+                              died unexpectedly" (DOUBLE_SHAPE=vllm), else torch's NCCL watchdog time-out line
       warn_at_start           log an NCCL WARN line at start (the shape of a real cudawrap warning)
       ignore_sigterm          ignore SIGTERM, as a vLLM API server with an open client stream does
       hang_before_ready       never become ready
@@ -349,8 +349,13 @@ class Engine:
             self.log(f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [0] misc/cudawrap.cc:179 NCCL WARN "
                      "Failed to find CUDA library libcuda.so (NCCL_CUDA_PATH='') :")
         if "worker_died_at_start" in self.faults:
-            self.log(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:135] Worker proc VllmWorker-1 "
-                     "died unexpectedly, shutting down executor.")
+            if shape == "vllm":
+                self.log(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:135] Worker proc "
+                         "VllmWorker-1 died unexpectedly, shutting down executor.")
+            else:
+                self.log("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+                         "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=134217728, NumelOut=134217728, "
+                         "Timeout(ms)=600000) ran for 600059 milliseconds before timing out.")
             return
         if self.custom_ar and self.p2p:
             # the engine using its custom all-reduce: it registers its CUDA-graph buffers

@@ -22,8 +22,9 @@ FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LOCK = "/var/lib/serving-rollout/sglang.service.lock"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
 EVIDENCE = tempfile.mkdtemp(prefix="rollout-faults-evidence-")
+# One small cell: these tests are about faults and restoration; the cells' statistics have their own tests.
 FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
-        "rollout_cell_requests": 3}
+        "rollout_cell_requests": 3, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
 
 
 def lab(*command, check=True):
@@ -146,14 +147,16 @@ def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_i
 
 
 def test_a_crash_signature_under_a_living_process_stops_the_wait_with_its_cause(lab_baseline):
-    """vLLM's shape: a worker dies and the API server lives on, never ready. The boot watchdog reads the
-    crash in the log and stops the wait at once (not at the 300 s time-out), naming phase and cause."""
+    """A rank's collective times out and the server lives on, never ready (vLLM's shape of it: a worker
+    dies under a living API server). The boot watchdog reads the crash in the log and stops the wait at
+    once (not at the 240 s stall limit or the 300 s time-out), naming phase and cause."""
     inject("worker_died_at_start")
     result = rollout(rollout_ready_timeout_s=300, rollout_boot_stall_s=240)
     assert result.returncode != 0
     message = re.sub(r"\s+", " ", result.stdout)
     assert re.search(r"sglang-candidate\.service logged a crash \(phase [\w-]+\) with its process alive; cause: "
-                     r"Worker proc VllmWorker-1 died unexpectedly", message), message[-3000:]
+                     r"\[E ProcessGroupNCCL\.cpp:563\] \[Rank 1\] Watchdog caught collective operation "
+                     r"timeout", message), message[-3000:]
     assert "failed and the original was restored and proven" in message
     assert_restored(*lab_baseline)
 

@@ -281,7 +281,7 @@ def test_the_doubles_start_reads_as_its_engine_through_the_same_adapter(engine_d
 def test_the_doubles_start_faults_read_as_crashes_with_their_cause(engine_double, fault, crash, cause):
     from serving_rollout.module_utils import engine_adapters
 
-    double = engine_double({"DOUBLE_FAULT": fault}, ready=False)
+    double = engine_double({"DOUBLE_FAULT": fault, "DOUBLE_SHAPE": "vllm"}, ready=False)
     lines = []
     while not any(cause.split(":")[0] in line for line in lines):  # printed at once at start; no time limit needed
         line = double.proc.stdout.readline()
