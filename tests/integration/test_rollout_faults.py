@@ -54,6 +54,8 @@ def assert_restored(before_invocation, before_hash):
     assert state["NRestarts"] == "0" and state["InvocationID"] != before_invocation, state
     assert files_hash() == before_hash
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("systemctl", "is-failed", "--quiet", "sglang-candidate.service", check=False).returncode != 0, \
+        "a killed or crashed candidate left systemd degraded"
     assert lab("test", "-e", LOCK, check=False).returncode == 1
     assert json.loads(lab("cat", STATE).stdout)["phase"] == "restored"
 
