@@ -139,9 +139,9 @@ def _edit_explained(edit, argv, change, container):
         return True  # the container's own -e entry of the control
     if kind == "env" and previous == "--env-file":
         return True  # the candidate's copy of the file: its content is compared as the environment
-    if container and previous == "--name" and word in (container, f"{container}-candidate"):
-        return True
-    if container and word in (f"--name={container}", f"--name={container}-candidate"):
+    # the candidate's own container: its name wherever the unit names it (run --name, rm -f, stop)
+    if container and word in (container, f"{container}-candidate", f"--name={container}",
+                              f"--name={container}-candidate"):
         return True
     return False
 

@@ -96,3 +96,20 @@ def test_a_container_candidates_own_name_is_its_identity_not_a_change():
     other = cand[:6] + ["NCCL_P2P_DISABLE=0", "-e", "NCCL_ALGO=Tree"] + cand[7:]
     diffs = differences(original, unit(exec_start=with_argv(other), argv=other[1:]))
     assert not one_control_proof(diffs, P2P, container="sglang-ctr")["ok"]
+
+
+def test_the_candidates_container_name_in_every_exec_line_is_its_identity():
+    """A podman unit names its container in ExecStartPre (rm -f) and ExecStop (stop) too."""
+    def container_unit(name, p2p):
+        run = ["/usr/bin/podman", "run", "--rm", "--name", name, "-e", f"NCCL_P2P_DISABLE={p2p}", "img@sha256:ab"]
+        times = [0] * 7
+        lines = {"ExecStart": with_argv(run),
+                 "ExecStartPre": [["/usr/bin/podman", ["/usr/bin/podman", "rm", "-f", name], True, *times]],
+                 "ExecStop": [["/usr/bin/podman", ["/usr/bin/podman", "stop", "-t", "20", name], False, *times]]}
+        return reading(lines, [], [], SETTINGS, ENV, run[1:])
+    diffs = differences(container_unit("sglang-ctr", 1), container_unit("sglang-ctr-candidate", 0))
+    assert one_control_proof(diffs, P2P, container="sglang-ctr")["ok"], diffs
+    other = container_unit("sglang-ctr-candidate", 0)
+    other["exec"]["ExecStop"][0]["argv"] = ["/usr/bin/podman", "stop", "-t", "5", "sglang-ctr-candidate"]
+    proof = one_control_proof(differences(container_unit("sglang-ctr", 1), other), P2P, container="sglang-ctr")
+    assert not proof["ok"] and [d["what"] for d in proof["unexplained"]] == ["ExecStop[0] argv"]
