@@ -162,6 +162,12 @@ def _touches(difference, change):
         return True
     if change.get("kind") == "speculative":
         return any(e["word"].startswith("--speculative-") for e in difference.get("edits") or [])
+    after = (difference.get("argv") or {}).get("after") or []
+    if change.get("kind") == "env" and any(e["side"] == "after" and after[e["index"] - 1:e["index"]] == ["--env-file"]
+                                           for e in difference.get("edits") or []):
+        # the control lives in a file the container runtime reads (its candidate copy): systemd never
+        # reads it; its content is the runtime's to judge (the candidate copy is checked when written)
+        return True
     return any(e["word"] == name or e["word"].startswith(name + "=") for e in difference.get("edits") or [])
 
 
