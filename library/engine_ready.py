@@ -156,9 +156,10 @@ def main():
             seen["cursor"] = cursor
         seen["lines"] = (seen["lines"] + new)[-2000:]
         seen["phase"] = phase_of(p["engine"], new) or seen["phase"]
-        read = read_log(p["engine"], "\n".join(seen["lines"]))
-        if read["crashed"]:
-            seen["crash"] = read["cause"] or read["crash"]
+        if new:  # the reading changes only with new lines; an idle poll reads nothing again
+            read = read_log(p["engine"], "\n".join(seen["lines"]))
+            if read["crashed"]:
+                seen["crash"] = read["cause"] or read["crash"]
         moving = [line for line in new if not any(re.search(x, line) for x in stuck)]
         if not moving:
             return seen.get("marker"), seen.get("last")

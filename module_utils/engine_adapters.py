@@ -231,11 +231,15 @@ def _any(patterns, line):
     return any(re.search(p, line) for p in patterns)
 
 
+def _strip(line):
+    """A line without its journald, compose, Ray, torch-rank and engine-log prefixes."""
+    return _PREFIX_RE.sub("", line).strip()
+
+
 def signature_key(name, line):
     """A signature's identity across invocations: its name and its text with numbers, times,
     pids and addresses blanked, so the same warning of another start is the same signature."""
-    body = _PREFIX_RE.sub("", line).strip()
-    body = re.sub(r"0x[0-9a-fA-F]+|\d+", "#", body)
+    body = re.sub(r"0x[0-9a-fA-F]+|\d+", "#", _strip(line))
     return f"{name}: {body[:160]}"
 
 
@@ -248,10 +252,6 @@ def nccl_versions(text):
 
 
 _FRAME_RE = re.compile(r'File "[^"]+", line \d+ in \S+')
-
-
-def _strip(line):
-    return _PREFIX_RE.sub("", line).strip()
 
 
 def cause_line(lines, crash=None, crash_pattern=None):
@@ -294,10 +294,10 @@ def custom_all_reduce_state(engine, text):
     requested_off = any(_any(rules["config_off"], line) for line in lines)
     for line in lines:
         if _any(rules["disabled"], line):
-            return {"state": "disabled", "evidence": _PREFIX_RE.sub("", line).strip(), "requested_off": requested_off}
+            return {"state": "disabled", "evidence": _strip(line), "requested_off": requested_off}
     for line in lines:
         if _any(rules["enabled"], line):
-            return {"state": "enabled", "evidence": _PREFIX_RE.sub("", line).strip(), "requested_off": requested_off}
+            return {"state": "enabled", "evidence": _strip(line), "requested_off": requested_off}
     if requested_off:
         return {"state": "disabled", "evidence": "disable_custom_all_reduce=True in the engine's config",
                 "requested_off": True}

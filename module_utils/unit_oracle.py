@@ -8,7 +8,6 @@ These functions only compare readings; the module gathers them.
 """
 
 import difflib
-import hashlib
 import re
 
 # Exec properties whose argv systemd splits (busctl's a(sasbttttuii): path, argv, ignore, times, pid, ...).
@@ -46,10 +45,6 @@ def parse_show(text):
 def exec_argvs(busctl_data):
     """busctl --json's data of an Exec property to [{path, argv, ignore_failure}]."""
     return [{"path": item[0], "argv": list(item[1]), "ignore_failure": bool(item[2])} for item in busctl_data or []]
-
-
-def digest(value):
-    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
 def reading(exec_lines, environment, environment_files, settings, effective_env=None, effective_argv=None):
