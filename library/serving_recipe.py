@@ -6,6 +6,14 @@ DOCUMENTATION = r"""
 module: serving_recipe
 short_description: Parse a serving unit into a recipe and compute a one-control candidate
 description:
+  - Asks systemd how it reads the unit first (every Exec line's argv as systemd split it, the
+    EnvironmentFiles it loads, its load warnings from C(systemd-analyze verify), and - outside check
+    mode - a transient C(systemd-run) probe printing the environment and the ExecStart argv after
+    systemd's own $VAR expansion); where the file's text reads otherwise, systemd's reading is the
+    recipe and each disagreement is returned in C(recipe.systemd.findings) and warned about. A
+    candidate from such a unit is refused until the operator fixes it or sets C(accept_systemd_reading).
+  - Refuses, naming the launcher and where the control lives, a unit whose command is not the engine
+    (docker compose, podman-compose, podman kube play, docker start, a Python launcher or manager).
   - Reads the unit's fragment, drop-ins and EnvironmentFiles (through C(systemctl show)),
     and parses them into a recipe - engine, runtime, image and digest, model and revision,
     TP size, context length, GPUs, env, engine args. File contents never leave the host;
@@ -57,6 +65,13 @@ options:
       variable (a process unit): the copy has exactly that variable changed, the same owner and mode;
       the original file is never touched. Without it, such a candidate is refused.
     type: path
+  accept_systemd_reading:
+    description: >-
+      Render a candidate from a unit whose file reads otherwise than systemd loads it (glued
+      directives, lines systemd ignores, an EnvironmentFile it does not load): the candidate is then
+      written from systemd's reading. Without it, such a candidate is refused with every finding.
+    type: bool
+    default: false
   header:
     description: Comment lines written at the top of the rendered unit.
     type: list
@@ -106,6 +121,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
+from ansible.module_utils.systemd_reading import ReadingError, unit_reading
 from ansible.module_utils.unit_recipe import (
     RecipeError,
     apply_change,
@@ -119,7 +135,7 @@ from ansible.module_utils.unit_recipe import (
     render_sections,
     values,
 )
-from ansible.module_utils.unit_shapes import ShapeError, adopt, complete_facts
+from ansible.module_utils.unit_shapes import ShapeError, adopt, candidate_refusal, complete_facts, finding_line
 
 SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
               "InvocationID", "NeedDaemonReload", "ExecMainPID")
@@ -235,6 +251,7 @@ def main():
             "dest": {"type": "path"},
             "header": {"type": "list", "elements": "str", "default": []},
             "copy_dir": {"type": "path"},
+            "accept_systemd_reading": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -247,11 +264,19 @@ def main():
         files.append(info)
     text = texts[state["FragmentPath"]]
     try:
+        # systemd's own reading is the judge; the probe (a transient unit) does not run in check mode.
+        systemd = unit_reading(module.run_command, params["unit"], list(texts), probe_it=not module.check_mode)
+    except ReadingError as exc:
+        module.fail_json(msg=f"{params['unit']}: {exc}")
+    try:
         # The unit as systemd runs it: specifiers expanded, $VAR facts, refusals with the true reason.
         recipe = adopt(params["unit"], state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
-                       dropin_paths, home_of)
+                       dropin_paths, home_of, systemd=systemd)
     except ShapeError as exc:
         module.fail_json(msg=f"{params['unit']} refused: {exc}")
+    findings = recipe["systemd"]["findings"]
+    for finding in findings:
+        module.warn(f"{params['unit']}: {finding_line(finding)}")
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
     # and the EnvironmentFiles' contents, which never leave the module.
     sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")
@@ -265,6 +290,9 @@ def main():
     nccl = nccl_configuration(module, recipe, sections, state)
     result["recipe"]["nccl_config"] = nccl
     if params["change"] is not None:
+        problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
+        if problem:
+            module.fail_json(msg=f"candidate refused: {problem}", **result)
         secrets = inline_secrets(recipe)
         if secrets:
             module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "

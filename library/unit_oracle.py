@@ -64,57 +64,23 @@ differences:
 
 import hashlib
 import hmac
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.systemd_reading import ReadingError, busctl, probe
 from ansible.module_utils.unit_oracle import EXEC_PROPERTIES, differences, one_control_proof, parse_show, reading
 from ansible.module_utils.unit_recipe import is_public_name, redact_argv
 
-# Set by systemd per invocation (or by the probe itself): never part of what a unit asks for.
-PER_RUN = {"INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "PWD", "SHLVL", "_", "LANG_PROBE"}
-PROBE = ("import json, os, sys\n"
-         "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
-
-
-def object_path(unit):
-    escaped = "".join(c if c.isalnum() else f"_{ord(c):02x}" for c in unit)
-    return f"/org/freedesktop/systemd1/unit/{escaped}"
-
-
-def busctl(module, unit, interface, prop):
-    rc, out, err = module.run_command(["busctl", "--json=short", "get-property", "org.freedesktop.systemd1",
-                                       object_path(unit), f"org.freedesktop.systemd1.{interface}", prop])
-    if rc != 0:
-        module.fail_json(msg=f"systemd cannot say {prop} of {unit}: {err.strip()}")
-    return json.loads(out)["data"]
-
-
-def systemd_quote(value):
-    """A value as one unit-file word: quoted, with specifiers and escapes kept literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
-
-
-def probe(module, python, environment, environment_files, argv):
-    """The environment and the expanded argv systemd gives a unit with these settings."""
-    command = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "-p", "Type=exec"]
-    for assignment in environment:
-        command += ["-p", f"Environment={systemd_quote(assignment)}"]
-    for path, ignore in environment_files:
-        command += ["-p", f"EnvironmentFile={'-' if ignore else ''}{path}"]
-    command += [python, "-c", PROBE, *argv]
-    rc, out, err = module.run_command(command)
-    if rc != 0:
-        module.fail_json(msg=f"the environment probe (systemd-run) failed: {err.strip()[-400:]}")
-    seen = json.loads(out.strip().splitlines()[-1])
-    return seen["env"], seen["argv"]
-
 
 def read_unit(module, unit, key):
-    exec_lines = {prop: busctl(module, unit, "Service", prop) for prop in EXEC_PROPERTIES}
-    environment = busctl(module, unit, "Service", "Environment")
-    environment_files = busctl(module, unit, "Service", "EnvironmentFiles")
-    rc, out, err = module.run_command(["systemctl", "show", "--all", "--", unit])
+    run = module.run_command
+    try:
+        exec_lines = {prop: busctl(run, unit, "Service", prop) for prop in EXEC_PROPERTIES}
+        environment = busctl(run, unit, "Service", "Environment")
+        environment_files = busctl(run, unit, "Service", "EnvironmentFiles")
+    except ReadingError as exc:
+        module.fail_json(msg=str(exc))
+    rc, out, err = run(["systemctl", "show", "--all", "--", unit])
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
     settings = parse_show(out)
@@ -122,11 +88,15 @@ def read_unit(module, unit, key):
         module.fail_json(msg=f"{unit} is {settings.get('LoadState')} for systemd (LoadError "
                              f"{settings.get('LoadError', '')!r}): it cannot be proven")
     start = exec_lines["ExecStart"][0][1] if exec_lines["ExecStart"] else []
-    env, argv = ({}, []) if module.check_mode else probe(module, module.params["python"], environment,
-                                                           environment_files, start[1:])
+    env, argv = {}, []
+    if not module.check_mode:
+        try:
+            env, argv = probe(run, module.params["python"], environment, environment_files, start[1:])
+        except ReadingError as exc:
+            module.fail_json(msg=str(exc))
     shown = {name: (value if is_public_name(name) else
                     "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:16])
-             for name, value in env.items() if name not in PER_RUN}
+             for name, value in env.items()}
     return reading(exec_lines, environment, environment_files, settings, shown, argv)
 
 

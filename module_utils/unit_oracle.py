@@ -174,3 +174,66 @@ def one_control_proof(diffs, change, container=None):
     touched = any(_touches(d, change) for d in explained)
     return {"ok": not unexplained and touched, "control": f"{change.get('kind')} {change.get('name', '')}".strip(),
             "unexplained": unexplained, "seen": touched}
+
+
+# ---- adoption: where the file and systemd's reading of it disagree ------------------------------
+
+# Directive names a template can glue onto an Exec line by losing a newline ("... 8ExecStop=...").
+GLUED_DIRECTIVE_RE = re.compile(
+    r"(?:^|[^A-Za-z])((?:Exec(?:Start|StartPre|StartPost|Stop|StopPost|Reload)|Restart|RestartSec|User|Group|"
+    r"Environment|EnvironmentFile|WorkingDirectory|Type|TimeoutStartSec|TimeoutStopSec|TimeoutSec|KillMode|"
+    r"KillSignal|LimitNOFILE|LimitMEMLOCK|RemainAfterExit|StandardOutput|StandardError|WantedBy|After|Requires|"
+    r"Wants|Description)=)")
+
+
+def _shown_env(name, value, is_public):
+    if value is None:
+        return None
+    return value if is_public(name) else "<redacted>"
+
+
+def adoption_findings(file_reading, systemd, shown=lambda argv: argv, is_public=lambda name: False):
+    """Every place where what the unit file appears to say (the project's parser: file_reading =
+    {argv, env_files, env, expanded_argv}) differs from what systemd loaded and would run (systemd =
+    systemd_reading.unit_reading). [{what, file, systemd, why}] with values through `shown` (argv)
+    and `is_public` (variables); systemd's own load warnings first."""
+    out = [{"what": "systemd's load warning", "file": None, "systemd": line,
+            "why": "systemd ignored part of the unit file"} for line in systemd.get("warnings") or []]
+    starts = systemd["exec_start"]
+    if len(starts) != 1:
+        out.append({"what": "ExecStart lines", "file": 1, "systemd": len(starts),
+                    "why": "systemd loaded a different number of ExecStart= lines"})
+        return out
+    argv = starts[0][1]
+    if argv != file_reading["argv"]:
+        out.append({"what": "ExecStart argv", "file": shown(file_reading["argv"]), "systemd": shown(argv),
+                    "why": "systemd splits the line differently (a '\\' followed by blanks ends the line, a "
+                           "comment inside a continuation is skipped)"})
+    for index, word in enumerate(argv):
+        glued = GLUED_DIRECTIVE_RE.search(word)
+        if glued and index > 0:
+            out.append({"what": f"ExecStart word {index}", "file": None, "systemd": shown([word])[0],
+                        "why": f"a directive ({glued.group(1)}) is glued into the command line (a template lost a "
+                               "newline): systemd passes it to the engine as an argument and never applies it"})
+    loaded = [path for path, _ in systemd["environment_files"]]
+    for path in file_reading["env_files"]:
+        if path not in loaded:
+            out.append({"what": "EnvironmentFile", "file": path, "systemd": None,
+                        "why": "systemd does not load it (a quoted or relative path is ignored: 'path is not "
+                               "absolute')"})
+    if systemd.get("env") is not None:
+        env, base, mine = systemd["env"], systemd.get("base_env") or {}, file_reading["env"]
+        for name in sorted(set(mine) | {n for n, v in env.items() if base.get(n) != v}):
+            if mine.get(name) == env.get(name):
+                continue
+            why = ("systemd reads the assignment differently (no 'export', quotes and '#' kept by systemd's own "
+                   "rules)" if name in env else "systemd never sets it") if name in mine else \
+                "systemd sets it and the file does not appear to"
+            out.append({"what": f"environment {name}", "file": _shown_env(name, mine.get(name), is_public),
+                        "systemd": _shown_env(name, env.get(name), is_public), "why": why})
+    if systemd.get("expanded_argv") is not None and systemd["expanded_argv"] != file_reading["expanded_argv"]:
+        out.append({"what": "ExecStart argv after $VAR expansion", "file": shown(file_reading["expanded_argv"]),
+                    "systemd": shown(systemd["expanded_argv"]),
+                    "why": "systemd expands $VAR and ${VAR} from the unit's environment with its own rules "
+                           "(${VAR:-default} stays literal)"})
+    return out

@@ -11,6 +11,8 @@ so a candidate never copies one.
 import re
 import shlex
 
+from .unit_launchers import classify
+
 # What makes a name secret; journal_scan builds its log-line pattern from the same words.
 SECRET_WORDS = r"token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential"
 SECRET_NAME_RE = re.compile(rf"(?i)({SECRET_WORDS})")
@@ -225,13 +227,11 @@ def runtime_options(opts):
     return pairs
 
 
-def detect_engine(command):
-    text = " ".join(command)
-    if "vllm" in text:
-        return "vllm"
-    if "sglang" in text or "engine_double" in text:
-        return "sglang"
-    return "unknown"
+def detect_engine(runtime, argv, image, command):
+    """The engine the unit's command runs: its program or module, or for a container its command
+    or the image's entrypoint (unit_launchers.classify); never a guess from a word in a path."""
+    found = classify(command, image=image) if runtime != "process" else classify(argv)
+    return found["engine"] or "unknown"
 
 
 def engine_args(command):
@@ -297,7 +297,7 @@ def parse_recipe(sections, env_files=None):
     env = container_env if runtime != "process" else {**unit_env, **file_env}
     recipe = {
         "runtime": runtime,
-        "engine": detect_engine(command),
+        "engine": detect_engine(runtime, argv, image, command),
         "image": image,
         "image_digest": image.split("@", 1)[1] if image and "@sha256:" in image else None,
         "container_name": name,
@@ -611,6 +611,11 @@ def apply_change(sections, recipe, change, keep_identity=False):
     elif kind == "arg":
         if not str(name).startswith("-"):
             raise RecipeError(f"arg control name {name!r} must be a --flag")
+        held = (recipe.get("held_flags") or {}).get(name)
+        if held:
+            raise RecipeError(f"{name} is not written in ExecStart=: systemd brings it in from ${held} (the unit's "
+                              f"environment); the tool changes a flag written in the unit, so move {name} into "
+                              "ExecStart= or change it where ${held} is set")
         command = _set_engine_arg(command, name, value)
     else:
         for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:

@@ -14,13 +14,20 @@ Pure functions; the serving_recipe module reads the files.
 import re
 
 from .nccl_config import PYTHON_RE
+from .unit_launchers import classify
+from .unit_oracle import adoption_findings
 from .unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
     RecipeError,
+    detect_engine,
     engine_args,
+    is_public_name,
+    join_command,
     merge_dropins,
     parse_recipe,
     parse_unit_text,
+    redact_argv,
     rename_container,
+    split_command,
     split_runtime,
     values,
 )
@@ -171,13 +178,30 @@ def _config_facts(text):
     return facts
 
 
-def complete_facts(recipe, read_text):
-    """Fill the recipe's model, TP size and context from $VAR expansion (systemd's rules,
-    EnvironmentFile= over Environment=) and a --config file; returns (args, command, expanded
-    argv, image, config facts). Used for the original and, parsing it back, for the candidate."""
-    env = {**recipe["unit_env"], **recipe["env_file_env"]}  # systemd: EnvironmentFile= overrides Environment=
-    expanded = expand_vars(recipe["argv"], env)
-    _, _, image, command = split_runtime(expanded)
+def held_flags(argv, env):
+    """{flag: VAR} for engine flags that reach the command only through a $VAR/${VAR} word."""
+    out = {}
+    for word in argv:
+        whole = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if whole:
+            name = whole.group(1) or whole.group(2)
+            for part in (env.get(name) or "").split():
+                if part.startswith("-"):
+                    out.setdefault(part.split("=", 1)[0], name)
+    return out
+
+
+def complete_facts(recipe, read_text, expanded=None, env=None):
+    """Fill the recipe's model, TP size, context, image (and its digest) and engine from the
+    ExecStart argv after $VAR expansion - systemd's own (`expanded`, from its probe) where given,
+    else the same rules here (EnvironmentFile= over Environment=) - and a --config file; returns
+    (args, command, expanded argv, image, config facts). Used for the original and, parsing it
+    back, for the candidate."""
+    if env is None:
+        env = {**recipe["unit_env"], **recipe["env_file_env"]}  # systemd: EnvironmentFile= overrides Environment=
+    if expanded is None:
+        expanded = expand_vars(recipe["argv"], env)
+    runtime, _, image, command = split_runtime(expanded)
     args, _ = engine_args(command)
     config = {}
     if isinstance(args.get("--config"), str):
@@ -191,15 +215,83 @@ def complete_facts(recipe, read_text):
     words = [w for w in command if not w.startswith("-")]
     if recipe["model"] is None and len(words) > 2 and words[0].rsplit("/", 1)[-1] == "vllm" and words[1] == "serve":
         recipe["model"] = words[2]
+    if image is not None and image != recipe["image"]:
+        # An image held in a $VAR is the expanded one: that is what the runtime pulls and runs.
+        recipe["image_as_written"], recipe["image"] = recipe["image"], image
+        recipe["image_digest"] = image.split("@", 1)[1] if "@sha256:" in image else None
+    recipe["engine"] = detect_engine(runtime, expanded, image, command)
+    recipe["held_flags"] = held_flags(recipe["argv"], env)
     return args, command, expanded, image, config
 
 
-def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda user: None):
-    """The recipe of a unit as systemd would run it, or ShapeError with the true reason.
+def _read_env_texts(sections, read_text, unit_name, strict):
+    texts = {}
+    for ref in values(sections, "Service", "EnvironmentFile"):
+        path = ref.lstrip("-")
+        content = read_text(path)
+        if content is None:
+            if ref.startswith("-") or not strict:
+                continue
+            raise ShapeError(f"EnvironmentFile {path} (from {unit_name}) cannot be read")
+        texts[path] = content
+    return texts
 
-    read_text(path) -> str or None. Returns the recipe (unit_recipe.parse_recipe) of the
-    specifier-expanded unit, with facts completed from $VAR expansion and --config files, plus
-    `shape` (template, instance, specifiers used, expanded argv, config) and the env file texts.
+
+def _parse(sections, env_texts, read_text, unit_name, strict=True):
+    recipe = parse_recipe(sections, env_texts)
+    # A container's --env-file files are its environment: read them, then parse again.
+    for path in recipe["container_env_files"]:
+        content = read_text(path)
+        if content is None and strict:
+            raise ShapeError(f"--env-file {path} (from {unit_name}) cannot be read")
+        env_texts[path] = content or ""
+    return parse_recipe(sections, env_texts) if recipe["container_env_files"] else recipe
+
+
+def systemd_sections(sections, systemd):
+    """The unit's sections as systemd loaded them: ExecStart= written from the argv systemd split
+    (when the file's text reads otherwise) and EnvironmentFile= as the list systemd loads (an
+    ignored path dropped). Unchanged when both agree."""
+    prefix, argv = split_command(values(sections, "Service", "ExecStart")[0])
+    loaded = [f"{'-' if ignore else ''}{path}" for path, ignore in systemd["environment_files"]]
+    written = values(sections, "Service", "EnvironmentFile")
+    argv_true = systemd["exec_start"][0][1]
+    if argv == argv_true and written == loaded:
+        return sections
+    exec_value = prefix + " ".join(quote_systemd(word) for word in argv_true) if argv != argv_true else None
+    out = []
+    for name, items in sections:
+        new_items, files_done = [], False
+        for key, value in items:
+            if name == "Service" and key == "ExecStart" and exec_value is not None:
+                new_items.append([key, exec_value])
+            elif name == "Service" and key == "EnvironmentFile":
+                if not files_done:
+                    new_items += [["EnvironmentFile", ref] for ref in loaded]
+                    files_done = True
+            else:
+                new_items.append([key, value])
+        out.append([name, new_items])
+    return out
+
+
+def quote_systemd(word):
+    """One argv word written back as systemd reads it: specifiers resolved already (so '%' is
+    written '%%'), a backslash or blank quoted; $VAR references kept (systemd expands them)."""
+    word = word.replace("%", "%%")
+    return join_command([word]) if re.search(r"[\s\"'\\;]", word) or not word else word
+
+
+def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda user: None, systemd=None):
+    """The recipe of a unit as systemd runs it, or ShapeError with the true reason.
+
+    read_text(path) -> str or None. systemd: its own reading of the unit
+    (systemd_reading.unit_reading), the judge wherever it and the file's text disagree: the argv it
+    split, the EnvironmentFiles it loads, the environment and $VAR expansion its probe saw.
+    Returns the recipe (unit_recipe.parse_recipe) of the specifier-expanded unit as systemd reads
+    it, with facts completed from $VAR expansion and --config files, plus `shape` (template,
+    instance, specifiers used, expanded argv, config, launcher), `systemd` (its findings: where the
+    file reads otherwise) and the env file texts.
     """
     refuse_path(fragment_path)
     text = read_text(fragment_path)
@@ -211,33 +303,28 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         dropin = read_text(path) or ""
         refuse_text(dropin, path)
         dropins.append(dropin)
+    warnings = "; ".join((systemd or {}).get("warnings") or [])
     try:
         raw = merge_dropins(parse_unit_text(text), dropins)
     except RecipeError as exc:
-        raise ShapeError(f"cannot parse {fragment_path}: {exc}") from exc
-    user = (values(raw, "Service", "User") or ["root"])[-1]
-    specs = specifier_values(unit_name, user=user, home=home_of(user))
+        raise ShapeError(f"cannot parse {fragment_path}: {exc}" +
+                         (f" (systemd says: {warnings})" if warnings else "")) from exc
+    # %u %h %U are the service manager's (root for system units), never User='s: systemd's rule.
+    specs = specifier_values(unit_name, user="root", home="/root", uid=0)
     used = sorted({m.group(1) for _, items in raw for _, v in items for m in SPECIFIER_RE.finditer(v)} - {"%"})
     sections = expand_sections(raw, specs)
-    env_texts = {}
-    for ref in values(sections, "Service", "EnvironmentFile"):
-        path = ref.lstrip("-")
-        content = read_text(path)
-        if content is None:
-            if ref.startswith("-"):
-                continue
-            raise ShapeError(f"EnvironmentFile {path} (from {unit_name}) cannot be read")
-        env_texts[path] = content
+    findings = []
     try:
-        recipe = parse_recipe(sections, env_texts)
-        # A container's --env-file files are its environment: read them, then parse again.
-        for path in recipe["container_env_files"]:
-            content = read_text(path)
-            if content is None:
-                raise ShapeError(f"--env-file {path} (from {unit_name}) cannot be read")
-            env_texts[path] = content
-        if recipe["container_env_files"]:
-            recipe = parse_recipe(sections, env_texts)
+        if systemd is not None:
+            if len(systemd["exec_start"]) != 1:
+                raise ShapeError(f"{unit_name} has {len(systemd['exec_start'])} ExecStart= lines as systemd loaded it"
+                                 " (a serving unit runs one command)")
+            # The file as the project reads it, only to name where it misleads; systemd's reading is the recipe.
+            as_read = _parse(sections, _read_env_texts(sections, read_text, unit_name, False), read_text, unit_name,
+                             False)
+            sections = systemd_sections(sections, systemd)
+        env_texts = _read_env_texts(sections, read_text, unit_name, True)
+        recipe = _parse(sections, env_texts, read_text, unit_name)
     except RecipeError as exc:
         raise ShapeError(f"cannot read {unit_name} as a serving unit: {exc}") from exc
     script = wrapper_script(recipe["argv"], read_text)
@@ -245,14 +332,58 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         raise ShapeError(f"{unit_name} runs a wrapper script ({script}): its controls cannot be seen or changed "
                          "one at a time; put the engine command in ExecStart= and the control in the unit or an "
                          "EnvironmentFile")
-    args, command, expanded, image, config = complete_facts(recipe, read_text)
+    expanded = (systemd or {}).get("expanded_argv")
+    args, command, expanded, image, config = complete_facts(recipe, read_text, expanded, (systemd or {}).get("env"))
+    launched = classify(command, image=image) if recipe["runtime"] != "process" else classify(expanded)
+    if launched["kind"] == "launcher":
+        raise ShapeError(f"{unit_name} runs a launcher, not the engine: {launched['what']}; the engine's command "
+                         f"line and its controls are {launched['where']}. A one-control candidate is provable only "
+                         "where the unit runs the engine (or its container) itself")
     flag = multi_node_flag(args) or (f"--nnodes {config['nnodes']} (in {args['--config']})"
                                      if config.get("nnodes", "1") not in ("1", "") else None)
     if flag:
         raise ShapeError(f"{unit_name} runs a multi-node engine ({flag}): a one-host swap cannot restore it; "
                          "multi-node rollouts are not supported")
+    if systemd is not None:
+        file_env = {**as_read["unit_env"], **as_read["env_file_env"]}
+        findings = adoption_findings(
+            {"argv": as_read["argv"], "env_files": [v.lstrip("-") for v in values(raw, "Service", "EnvironmentFile")],
+             "env": file_env, "expanded_argv": expand_vars(as_read["argv"], file_env)},
+            systemd, shown=redact_argv, is_public=is_public_name)
     recipe["shape"] = {"template": specs.get("i") is not None, "instance": specs.get("i"), "specifiers": used,
-                       "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image}
-    recipe["sections"] = sections  # specifier-expanded: what a candidate is rendered from
+                       "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image,
+                       "env_prefix": sorted(launched["env"]), "env_cleared": launched["env_cleared"]}
+    recipe["systemd"] = {"read": systemd is not None, "probed": (systemd or {}).get("env") is not None,
+                         "findings": findings}
+    recipe["sections"] = sections  # specifier-expanded, as systemd loaded them: what a candidate is rendered from
     recipe["env_file_texts"] = env_texts  # never returned by a module
     return recipe
+
+
+def finding_line(finding):
+    """One adoption finding as a line: what, the file's reading, systemd's, why (values redacted)."""
+    if finding["file"] is None:
+        return f"{finding['what']}: {finding['systemd']} ({finding['why']})"
+    return (f"{finding['what']}: the file says {finding['file']!r}, systemd reads {finding['systemd']!r} "
+            f"({finding['why']})")
+
+
+def candidate_refusal(unit_name, recipe, change, accept_systemd_reading=False):
+    """Why no candidate may be rendered from this adopted unit for `change`, or None: the file
+    reads otherwise than systemd loads it (until the operator accepts systemd's reading), or an
+    env control that cannot reach the engine through the unit's command."""
+    findings = recipe["systemd"]["findings"]
+    if findings and not accept_systemd_reading:
+        return (f"systemd does not read {unit_name} as its file appears to say ({len(findings)} finding(s): "
+                f"{'; '.join(finding_line(f) for f in findings)}); fix the unit, or accept systemd's reading "
+                "explicitly (serving_recipe_accept_systemd_reading: true) and the candidate is written from what "
+                "systemd runs")
+    if change.get("kind") != "env":
+        return None
+    if recipe["shape"]["env_cleared"]:
+        return (f"ExecStart runs `env -i`: the unit's environment never reaches the engine, so {change.get('name')} "
+                "set in the unit would change nothing")
+    if change.get("name") in recipe["shape"]["env_prefix"]:
+        return (f"{change.get('name')} is set on ExecStart's command line by `env`, which wins over the unit's "
+                "environment: change it there")
+    return None

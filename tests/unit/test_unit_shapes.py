@@ -14,7 +14,8 @@ FILES = {
     "/opt/serve/launch.sh": "#!/bin/bash\nexec docker run --gpus all lmsysorg/sglang python3 -m sglang.launch_server\n",
     "/opt/venv/bin/vllm": "#!/opt/venv/bin/python3\nfrom vllm.entrypoints.cli.main import main\n",
     "/opt/venv/bin/sglang": "#!/opt/venv/bin/python3.12\n",
-    "/home/svc/models/env": "NCCL_P2P_DISABLE=1\n",
+    "/home/svc/models/env": "NCCL_P2P_DISABLE=0\n",
+    "/root/models/env": "NCCL_P2P_DISABLE=1\n",
     "/etc/nccl-shared.env": "NCCL_P2P_DISABLE=1\nNCCL_CUMEM_ENABLE=0\n",
     "/etc/sglang/mistral.env": "MODEL=mistralai/Mistral-Large\nTENSOR_PARALLEL_SIZE=8\n",
 }
@@ -40,9 +41,10 @@ CASES = [
     ("vllm positional model", "vllm.service",
      "[Service]\nExecStart=/opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2\n",
      {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": "2"}),
-    ("%h and %u of User=", "sglang.service",
+    # systemd 252 in the lab: %h and %u of a system unit are the service manager's (/root, root), not User='s.
+    ("%h and %u are the manager's, not User='s", "sglang.service",
      "[Service]\nUser=svc\nEnvironmentFile=%h/models/env\nExecStart=" + SGLANG + " --download-dir %h/models\n",
-     {"env_file_env.NCCL_P2P_DISABLE": "1"}),
+     {"env_file_env.NCCL_P2P_DISABLE": "1", "env_files": ["/root/models/env"]}),
     ("%n and %p", "sglang.service", f"[Service]\nSyslogIdentifier=%p\nExecStart={SGLANG} --served-model-name %N\n",
      {"engine_args.--served-model-name": "sglang"}),
     ("docker run pinned by digest", "sglang-docker.service",

@@ -1,0 +1,81 @@
+"""Units whose text and systemd's reading part ways, and launchers, adopted against systemd's own
+reading of each (recorded from real systemd 252 in the lab: tests/fixtures/systemd/
+record_readings.py). Every expectation is what systemd does, not what a parser of the text says."""
+
+import json
+
+import pytest
+import yaml
+from ansible.module_utils import unit_recipe, unit_shapes
+from conftest import FIXTURES
+
+SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
+READINGS = json.loads((FIXTURES / "systemd" / "adoption-readings.json").read_text())["readings"]
+
+
+def adopt(shape):
+    path = f"/etc/systemd/system/{shape['unit']}"
+    files = {**(shape.get("files") or {}), path: shape["text"]}
+    return unit_shapes.adopt(shape["unit"], path, files.get, systemd=READINGS[shape["id"]])
+
+
+def fact(recipe, dotted):
+    head, _, rest = dotted.partition(".")
+    value = recipe.get(head)
+    return value.get(rest) if rest else value
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s["id"] for s in SHAPES])
+def test_adopted_as_systemd_reads_it_or_refused_with_the_true_reason(shape):
+    assert shape["id"] in READINGS, "record systemd's reading: tests/fixtures/systemd/record_readings.py"
+    if "refuse" in shape:
+        with pytest.raises(unit_shapes.ShapeError) as error:
+            adopt(shape)
+        assert shape["refuse"] in str(error.value)
+        return
+    recipe = adopt(shape)
+    for dotted, value in shape["expect"].items():
+        assert fact(recipe, dotted) == value, (dotted, fact(recipe, dotted))
+    found = [f["what"] for f in recipe["systemd"]["findings"]]
+    for fragment in shape["findings"]:
+        assert any(fragment in what for what in found), (fragment, found)
+    if not shape["findings"]:
+        assert found == []
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if "refuse_change" in s], ids=lambda s: s["id"])
+def test_a_candidate_is_refused_with_the_reason_systemd_gives(shape):
+    recipe = adopt(shape)
+    problem = unit_shapes.candidate_refusal(shape["unit"], recipe, shape["change"])
+    if problem is None:  # refused when the change is applied (a flag systemd brings in from a $VAR)
+        with pytest.raises(unit_recipe.RecipeError) as error:
+            unit_recipe.apply_change(recipe["sections"], recipe, shape["change"])
+        problem = str(error.value)
+    assert shape["refuse_change"] in problem
+
+
+def test_secret_values_never_reach_the_findings():
+    shape = next(s for s in SHAPES if s["id"] == "export lines and inline comments in an EnvironmentFile")
+    reading = json.loads(json.dumps(READINGS[shape["id"]]))
+    reading["env"]["HF_TOKEN"] = "hf_secret_9d1"
+    text = shape["text"]
+    recipe = unit_shapes.adopt(shape["unit"], "/x.service", {**shape["files"], "/x.service": text}.get,
+                               systemd=reading)
+    findings = recipe["systemd"]["findings"]
+    assert any(f["what"] == "environment HF_TOKEN" for f in findings)
+    assert "hf_secret_9d1" not in json.dumps(findings)
+    # NCCL_* is on the allow-list: both readings are shown (systemd keeps the '#' and what follows)
+    algo = next(f for f in findings if f["what"] == "environment NCCL_ALGO")
+    assert algo["systemd"] == "Ring# tuned" and algo["file"] != algo["systemd"]
+
+
+def test_accepted_systemd_reading_renders_the_candidate_from_what_systemd_runs():
+    shape = next(s for s in SHAPES if s["id"] == "blank after a continuation backslash")
+    recipe = adopt(shape)
+    assert unit_shapes.candidate_refusal(shape["unit"], recipe, shape["change"], accept_systemd_reading=True) is None
+    text = unit_recipe.render_sections(unit_recipe.apply_change(recipe["sections"], recipe, shape["change"]))
+    exec_line = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    # systemd's argv (its lone backslash word kept), plus the one flag; the lines it ignored stay out.
+    assert unit_recipe.split_command(exec_line[10:])[1] == READINGS[shape["id"]]["exec_start"][0][1] + \
+        ["--max-num-seqs", "8"]
+    assert "--tensor-parallel-size" not in text
