@@ -322,6 +322,7 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
             # The file as the project reads it, only to name where it misleads; systemd's reading is the recipe.
             as_read = _parse(sections, _read_env_texts(sections, read_text, unit_name, False), read_text, unit_name,
                              False)
+            written_files = [v.lstrip("-") for v in values(sections, "Service", "EnvironmentFile")]
             sections = systemd_sections(sections, systemd)
         env_texts = _read_env_texts(sections, read_text, unit_name, True)
         recipe = _parse(sections, env_texts, read_text, unit_name)
@@ -347,7 +348,7 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
     if systemd is not None:
         file_env = {**as_read["unit_env"], **as_read["env_file_env"]}
         findings = adoption_findings(
-            {"argv": as_read["argv"], "env_files": [v.lstrip("-") for v in values(raw, "Service", "EnvironmentFile")],
+            {"argv": as_read["argv"], "env_files": written_files,
              "env": file_env, "expanded_argv": expand_vars(as_read["argv"], file_env)},
             systemd, shown=redact_argv, is_public=is_public_name)
     recipe["shape"] = {"template": specs.get("i") is not None, "instance": specs.get("i"), "specifiers": used,

@@ -69,7 +69,7 @@ Description=quoting test
 
 [Service]
 Environment=NCCL_P2P_DISABLE=1
-ExecStart=/usr/bin/python3 -c "import time; time.sleep(1)" --model-path "/srv/models/My Model" \
+ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path "/srv/models/My Model" \
   --json-model-override-args "{\"rope_scaling\": {\"type\": \"yarn\"}}" \
   --note 'single quoted "inner"' --api-key ${SGLANG_API_KEY}
 
