@@ -76,6 +76,6 @@ def test_each_shape_is_adopted_as_systemd_runs_it_or_refused_with_the_true_reaso
 
 def test_an_accepted_malformed_original_gets_a_candidate_systemd_proves_one_control_apart(adopted):
     proof = adopted[1]["proof"]
-    assert proof["ok"] and proof["unexplained"] == [] and proof["control"] == "arg --max-num-seqs", proof
+    assert proof["ok"] and proof["unexplained"] == [] and proof["control"] == "arg --max-num-batched-tokens", proof
     check = subprocess.run(["podman", "exec", LAB, "test", "-e", "/etc/systemd/system/shape-trail-candidate.service"])
     assert check.returncode == 1

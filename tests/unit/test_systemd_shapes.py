@@ -77,5 +77,5 @@ def test_accepted_systemd_reading_renders_the_candidate_from_what_systemd_runs()
     exec_line = next(line for line in text.splitlines() if line.startswith("ExecStart="))
     # systemd's argv (its lone backslash word kept), plus the one flag; the lines it ignored stay out.
     assert unit_recipe.split_command(exec_line[10:])[1] == READINGS[shape["id"]]["exec_start"][0][1] + \
-        ["--max-num-seqs", "8"]
+        ["--max-num-batched-tokens", "128"]
     assert "--tensor-parallel-size" not in text
