@@ -615,7 +615,7 @@ def apply_change(sections, recipe, change, keep_identity=False):
         if held:
             raise RecipeError(f"{name} is not written in ExecStart=: systemd brings it in from ${held} (the unit's "
                               f"environment); the tool changes a flag written in the unit, so move {name} into "
-                              "ExecStart= or change it where ${held} is set")
+                              f"ExecStart= or change it where ${held} is set")
         command = _set_engine_arg(command, name, value)
     else:
         for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
