@@ -39,7 +39,7 @@ def adopted():
                            inventory="inventory/lab", local=False)
         assert run.returncode == 0, run.stdout[-3000:]
         by_id = {shape["id"]: result for shape, result in zip(SHAPES, json.loads(results.read_text()), strict=True)}
-        yield by_id, json.loads(Path(f"{results}.proof").read_text()), re.sub(r"\s+", " ", run.stdout)
+        yield by_id, json.loads(Path(f"{results}.proof").read_text()), re.sub(r"\s+", " ", run.stdout + run.stderr)
     finally:
         files = " ".join(p for s in SHAPES for p in (s.get("files") or {}))
         units = " ".join(f"/etc/systemd/system/{s['unit']}" for s in SHAPES)
