@@ -122,6 +122,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
 from ansible.module_utils.systemd_reading import ReadingError, unit_reading
+from ansible.module_utils.unit_oracle import running_reading
 from ansible.module_utils.unit_recipe import (
     RecipeError,
     apply_change,
@@ -130,6 +131,7 @@ from ansible.module_utils.unit_recipe import (
     inline_secrets,
     parse_recipe,
     parse_unit_text,
+    redact_argv,
     redact_unit_text,
     redacted,
     render_sections,
@@ -277,6 +279,15 @@ def main():
     findings = recipe["systemd"]["findings"]
     for finding in findings:
         module.warn(f"{params['unit']}: {finding_line(finding)}")
+    pid = state.get("ExecMainPID", "0")
+    if state.get("ActiveState") == "active" and pid not in ("", "0") and systemd.get("expanded_argv"):
+        # What runs now, from the kernel: shown beside systemd's reading (the process may predate an edit).
+        running = running_reading(read_bytes(f"/proc/{pid}/cmdline"), systemd["expanded_argv"], redact_argv)
+        recipe["systemd"]["running"] = {"pid": int(pid), **running}
+        if not running["matches"]:
+            module.warn(f"{params['unit']}: the running main process (pid {pid}) was started with another command "
+                        f"line than systemd would start now ({running['edits']}): restart it, or the original "
+                        "restored after a candidate is not the one that ran before")
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
     # and the EnvironmentFiles' contents, which never leave the module.
     sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")

@@ -237,3 +237,16 @@ def adoption_findings(file_reading, systemd, shown=lambda argv: argv, is_public=
                     "why": "systemd expands $VAR and ${VAR} from the unit's environment with its own rules "
                            "(${VAR:-default} stays literal)"})
     return out
+
+
+def running_reading(cmdline_blob, systemd_argv, shown=lambda argv: argv):
+    """The running main process's argv (/proc/<MainPID>/cmdline, NUL-separated) against the argv
+    systemd would start now: {argv (shown), matches}. They part when the unit or a file its $VARs
+    come from changed after the process started."""
+    argv = [w.decode("utf-8", "replace") for w in (cmdline_blob or b"").split(b"\0")]
+    argv = argv[:-1] if argv and argv[-1] == "" else argv
+    expected = list(systemd_argv or [])
+    # each edited word shown at its place in its own redacted argv (a value is judged by its flag)
+    sides = {"before": shown(expected), "after": shown(argv)}
+    return {"argv": sides["after"], "matches": argv == expected,
+            "edits": [{**e, "word": sides[e["side"]][e["index"]]} for e in word_edits(expected, argv)]}

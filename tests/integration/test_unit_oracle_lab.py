@@ -24,8 +24,19 @@ def lab(script, stdin=None):
                           input=stdin, check=True)
 
 
+SECRET = "lab-secret-6f1d0c9e2b7a4e58"  # the lab original's API key (lab/provision)
+RUNNING = ("[Service]\nEnvironmentFile=/etc/sglang/engine-double.env\nExecStart=/usr/bin/python3 "
+           "/opt/engine-double/engine_double.py --model-path m --revision " + "a" * 40 +
+           " --tp-size {tp} --context-length 8192 --host 127.0.0.1 --port 30045\n")
+
+
 @pytest.fixture(scope="module")
 def adopted():
+    # A running unit whose file was edited (and reloaded) after it started: what runs is not what
+    # systemd would start now.
+    lab("cat > /etc/systemd/system/shape-running.service && systemctl daemon-reload && "
+        "systemctl start shape-running.service", stdin=RUNNING.format(tp=2))
+    lab("cat > /etc/systemd/system/shape-running.service && systemctl daemon-reload", stdin=RUNNING.format(tp=4))
     for shape in SHAPES:
         for path, text in (shape.get("files") or {}).items():
             lab(f"mkdir -p $(dirname {path}) && cat > {path}", stdin=text)
@@ -35,15 +46,19 @@ def adopted():
     try:
         run = run_playbook("../tests/integration/playbooks/adopt_shapes.yml",
                            {"shapes": SHAPES, "results_file": str(results),
-                            "accepted": {"unit": ACCEPTED["unit"], "change": ACCEPTED["change"]}},
+                            "accepted": {"unit": ACCEPTED["unit"], "change": ACCEPTED["change"]},
+                            "running_units": ["sglang.service", "shape-running.service"]},
                            inventory="inventory/lab", local=False)
         assert run.returncode == 0, run.stdout[-3000:]
-        by_id = {shape["id"]: result for shape, result in zip(SHAPES, json.loads(results.read_text()), strict=True)}
-        yield by_id, json.loads(Path(f"{results}.proof").read_text()), re.sub(r"\s+", " ", run.stdout + run.stderr)
+        saved = json.loads(results.read_text())
+        by_id = {shape["id"]: result for shape, result in zip(SHAPES, saved["shapes"], strict=True)}
+        yield (by_id, json.loads(Path(f"{results}.proof").read_text()), re.sub(r"\s+", " ", run.stdout + run.stderr),
+               {r["item"]: r for r in saved["running"]}, results.read_text())
     finally:
         files = " ".join(p for s in SHAPES for p in (s.get("files") or {}))
         units = " ".join(f"/etc/systemd/system/{s['unit']}" for s in SHAPES)
-        lab(f"rm -f {units} {files}; rm -rf /etc/shapes; systemctl daemon-reload")
+        lab(f"systemctl stop shape-running.service; rm -f {units} {files} /etc/systemd/system/shape-running.service; "
+            "rm -rf /etc/shapes; systemctl daemon-reload")
 
 
 def fact(recipe, dotted):
@@ -80,3 +95,14 @@ def test_an_accepted_malformed_original_gets_a_candidate_systemd_proves_one_cont
     assert proof["ok"] and proof["unexplained"] == [] and proof["control"] == "arg --max-num-batched-tokens", proof
     check = subprocess.run(["podman", "exec", LAB, "test", "-e", "/etc/systemd/system/shape-trail-candidate.service"])
     assert check.returncode == 1
+
+
+def test_the_running_process_is_read_beside_systemds_reading(adopted):
+    running, text = adopted[3], adopted[4]
+    original = running["sglang.service"]["recipe"]["systemd"]["running"]
+    assert original["matches"] and original["edits"] == [] and "--api-key" in original["argv"]
+    edited = running["shape-running.service"]["recipe"]["systemd"]["running"]
+    assert not edited["matches"]
+    assert {(e["side"], e["word"]) for e in edited["edits"]} == {("before", "4"), ("after", "2")}
+    assert "shape-running.service: the running main process" in adopted[2]
+    assert SECRET not in text + adopted[2]

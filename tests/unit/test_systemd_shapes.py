@@ -79,3 +79,15 @@ def test_accepted_systemd_reading_renders_the_candidate_from_what_systemd_runs()
     assert unit_recipe.split_command(exec_line[10:])[1] == READINGS[shape["id"]]["exec_start"][0][1] + \
         ["--max-num-batched-tokens", "128"]
     assert "--tensor-parallel-size" not in text
+
+
+def test_the_running_command_line_against_systemds_shows_no_secret():
+    from ansible.module_utils.unit_oracle import running_reading
+    expected = ["/usr/bin/python3", "x.py", "--tp-size", "4", "--api-key", "k-new-51"]
+    ran = ["/usr/bin/python3", "x.py", "--tp-size", "2", "--api-key", "k-old-17"]
+    blob = b"\0".join(w.encode() for w in ran) + b"\0"
+    seen = running_reading(blob, expected, unit_recipe.redact_argv)
+    assert not seen["matches"] and seen["argv"][-1] == "<redacted>"
+    assert {(e["side"], e["word"]) for e in seen["edits"]} >= {("before", "4"), ("after", "2")}
+    assert "k-new-51" not in json.dumps(seen) and "k-old-17" not in json.dumps(seen)
+    assert running_reading(b"\0".join(w.encode() for w in expected) + b"\0", expected)["matches"]
