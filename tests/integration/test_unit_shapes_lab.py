@@ -217,3 +217,21 @@ def test_a_podman_container_unit_rolls_out_and_restores_the_same_container(podma
     assert journal["candidate"]["nccl"]["p2p_in_effect"] and not journal["restored"]["nccl"]["p2p_in_effect"]
     assert "lab-secret-6f1d0c9e2b7a4e58" not in result.stdout + "".join(
         p.read_text(errors="replace") for p in run.iterdir() if p.suffix != ".png")
+
+    # Only the runtime sees what a container finally got: a variable added to its --env-file after the
+    # original's container started reaches the candidate (its copy of that file), never the running
+    # original. systemd's readings of the two units still differ in the one control; the runtime's do
+    # not: refused after the candidate's start, the original restored. (The operator re-adopts the
+    # edited original first, as renew.yml would.)
+    lab("sh", "-c", "echo PLANTED_BY_TEST=1 >> /etc/sglang-ctr/nccl.env; "
+                    "rm -rf /var/lib/serving-rollout/sglang-ctr.service")
+    planted = lab("sha256sum", *files).stdout
+    refused, _ = roll_out("sglang-ctr.service", CTR_PORT, "container-evidence-")
+    text = re.sub(r"\s+", " ", refused.stdout)
+    assert refused.returncode != 0, text[-3000:]
+    assert "container sglang-ctr-candidate is not the original's with one control changed, as podman runs both" in text
+    assert "env PLANTED_BY_TEST" in text and "failed and the original was restored and proven" in text, text[-3000:]
+    assert lab("sha256sum", *files).stdout == planted
+    assert lab("podman", "container", "exists", "sglang-ctr-candidate", check=False).returncode == 1
+    state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang-ctr.service").stdout
+    assert "ActiveState=active" in state and "NRestarts=0" in state

@@ -1,0 +1,110 @@
+#!/usr/bin/python
+"""Ansible module: a container as its runtime runs it, and the one-control proof between two."""
+
+DOCUMENTATION = r"""
+---
+module: container_reading
+short_description: Read a running container as docker/podman runs it; prove a candidate's differs in one control
+description:
+  - Runs C(<runtime> inspect <name>) and returns what decides the engine's behaviour - image (digest and id),
+    the environment the container got (its --env-file files, -e, the image's ENV, the runtime's defaults),
+    entrypoint and command, user, working directory, mounts, every HostConfig setting (shm size, IPC, network,
+    devices, limits), labels - without the container's identity (id, name, times, state, storage paths,
+    hostname, PODMAN_SYSTEMD_UNIT, the raw create command).
+  - Values of variables and labels off the allow-list, and command words off the flag allow-list, are HMAC
+    digests under C(key), so two readings made with the same key compare and no secret is returned.
+  - With C(compare_with) (an earlier reading of the original's container, same key) and C(change), fails
+    naming every other difference unless the two differ in exactly that control.
+  - Changes nothing; supports check mode (it reads in check mode too).
+options:
+  runtime:
+    description: The container runtime.
+    type: str
+    choices: [docker, podman]
+    required: true
+  name:
+    description: The container's name.
+    type: str
+    required: true
+  key:
+    description: The run's digest key (any secret string; the same for both readings).
+    type: str
+    required: true
+    no_log: true
+  compare_with:
+    description: The original container's reading (this module's C(reading)) to prove against.
+    type: dict
+  change:
+    description: The one control (kind env, arg or speculative; name; value); needed with C(compare_with).
+    type: dict
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Read the original's container before it stops
+  container_reading:
+    runtime: podman
+    name: sglang
+    key: "{{ run_token }}"
+  register: original_container
+
+- name: Prove the candidate's container differs in the one control
+  container_reading:
+    runtime: podman
+    name: sglang-candidate
+    key: "{{ run_token }}"
+    compare_with: "{{ original_container.reading }}"
+    change: {kind: env, name: NCCL_P2P_DISABLE, value: "0"}
+"""
+
+RETURN = r"""
+reading:
+  description: image, image_id, env, labels, entrypoint, cmd, user, workdir, stop_signal, mounts, host (values allow-listed or digests).
+  type: dict
+  returned: always
+proof:
+  description: ok, control, seen, unexplained (every other difference), with compare_with.
+  type: dict
+  returned: with compare_with
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.container_truth import proof, view
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "runtime": {"type": "str", "choices": ["docker", "podman"], "required": True},
+            "name": {"type": "str", "required": True},
+            "key": {"type": "str", "required": True, "no_log": True},
+            "compare_with": {"type": "dict"},
+            "change": {"type": "dict"},
+        },
+        required_together=[["compare_with", "change"]],
+        supports_check_mode=True,
+    )
+    p = module.params
+    rc, out, err = module.run_command([p["runtime"], "inspect", "--type", "container", p["name"]])
+    if rc != 0:
+        module.fail_json(msg=f"{p['runtime']} cannot inspect container {p['name']!r}: {err.strip()[-300:]}")
+    found = json.loads(out or "[]")
+    if len(found) != 1:
+        module.fail_json(msg=f"{p['runtime']} inspect {p['name']!r} found {len(found)} containers")
+    reading = view(found[0], p["key"].encode())
+    if p["compare_with"] is None:
+        module.exit_json(changed=False, reading=reading)
+    result = proof(p["compare_with"], reading, p["change"])
+    if not result["ok"]:
+        listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in result["unexplained"])
+        why = (f"it also differs in {len(result['unexplained'])} other thing(s): {listed}" if result["unexplained"]
+               else f"the runtime shows no change of {result['control']} at all")
+        module.fail_json(msg=f"container {p['name']} is not the original's with one control changed, as {p['runtime']} "
+                             f"runs both ({result['control']}): {why}", reading=reading, proof=result)
+    module.exit_json(changed=False, reading=reading, proof=result)
+
+
+if __name__ == "__main__":
+    main()
