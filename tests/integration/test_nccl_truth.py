@@ -90,7 +90,7 @@ Description=a unit that never disables P2P
 
 [Service]
 Environment=NCCL_CUMEM_ENABLE=0
-ExecStart=/usr/bin/python3 -c "import time; time.sleep(600)" --model-path test/model --tp-size 4
+ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path test/model --tp-size 4
 
 [Install]
 WantedBy=multi-user.target
