@@ -72,6 +72,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.container_truth import proof, view
+from ansible.module_utils.unit_oracle import proof_reason
 
 
 def main():
@@ -98,11 +99,9 @@ def main():
         module.exit_json(changed=False, reading=reading)
     result = proof(p["compare_with"], reading, p["change"])
     if not result["ok"]:
-        listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in result["unexplained"])
-        why = (f"it also differs in {len(result['unexplained'])} other thing(s): {listed}" if result["unexplained"]
-               else f"the runtime shows no change of {result['control']} at all")
         module.fail_json(msg=f"container {p['name']} is not the original's with one control changed, as {p['runtime']} "
-                             f"runs both ({result['control']}): {why}", reading=reading, proof=result)
+                             f"runs both ({result['control']}): {proof_reason(result, 'the runtime')}",
+                         reading=reading, proof=result)
     module.exit_json(changed=False, reading=reading, proof=result)
 
 

@@ -68,7 +68,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.systemd_reading import ReadingError, busctl, probe
-from ansible.module_utils.unit_oracle import EXEC_PROPERTIES, differences, one_control_proof, parse_show, reading
+from ansible.module_utils.unit_oracle import (
+    EXEC_PROPERTIES,
+    differences,
+    one_control_proof,
+    parse_show,
+    proof_reason,
+    reading,
+)
 from ansible.module_utils.unit_recipe import is_public_name, redact_argv
 
 
@@ -126,11 +133,9 @@ def main():
         module.exit_json(changed=False, proof={"ok": None, "control": None, "unexplained": [], "seen": None},
                          differences=public)
     if not proof["ok"]:
-        listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"])
-        why = (f"it also differs in {len(proof['unexplained'])} other thing(s): {listed}" if proof["unexplained"]
-               else f"systemd sees no change of {proof['control']} at all")
         module.fail_json(msg=f"{p['candidate']} is not {p['original']} with one control changed in systemd's own "
-                             f"reading ({proof['control']}): {why}", proof=proof, differences=public)
+                             f"reading ({proof['control']}): {proof_reason(proof, 'systemd')}", proof=proof,
+                         differences=public)
     module.exit_json(changed=False, proof=proof, differences=public)
 
 

@@ -250,3 +250,12 @@ def running_reading(cmdline_blob, systemd_argv, shown=lambda argv: argv):
     sides = {"before": shown(expected), "after": shown(argv)}
     return {"argv": sides["after"], "matches": argv == expected,
             "edits": [{**e, "word": sides[e["side"]][e["index"]]} for e in word_edits(expected, argv)]}
+
+
+def proof_reason(proof, judge):
+    """Why a one-control proof failed, as a sentence: every other difference, or that `judge`
+    (systemd, the runtime) saw no change of the control at all."""
+    if proof["unexplained"]:
+        listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"])
+        return f"it also differs in {len(proof['unexplained'])} other thing(s): {listed}"
+    return f"{judge} sees no change of {proof['control']} at all"

@@ -59,3 +59,14 @@ def test_an_arg_control_is_seen_in_the_command_words():
     result = container_truth.proof(original, container_truth.view(changed, KEY),
                                    {"kind": "arg", "name": "--max-num-batched-tokens", "value": "128"})
     assert not result["ok"] and "other-secret" not in json.dumps(result)
+
+
+def test_a_failed_proof_says_every_other_difference():
+    from ansible.module_utils.unit_oracle import proof_reason
+    original, planted = container_truth.view(inspect("original"), KEY), container_truth.view(inspect("planted"), KEY)
+    result = container_truth.proof(original, planted, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    reason = proof_reason(result, "the runtime")
+    assert reason.startswith(f"it also differs in {len(result['unexplained'])} other thing(s): ")
+    assert "host ShmSize: 1073741824 -> 2147483648" in reason
+    nothing = container_truth.proof(original, original, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    assert proof_reason(nothing, "the runtime") == "the runtime sees no change of env NCCL_P2P_DISABLE at all"
