@@ -273,7 +273,7 @@ def main():
     try:
         # The unit as systemd runs it: specifiers expanded, $VAR facts, refusals with the true reason.
         recipe = adopt(params["unit"], state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
-                       dropin_paths, home_of, systemd=systemd)
+                       dropin_paths, systemd=systemd)
     except ShapeError as exc:
         module.fail_json(msg=f"{params['unit']} refused: {exc}")
     findings = recipe["systemd"]["findings"]

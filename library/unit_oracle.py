@@ -62,8 +62,6 @@ differences:
   returned: always
 """
 
-import hashlib
-import hmac
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -71,12 +69,13 @@ from ansible.module_utils.systemd_reading import ReadingError, busctl, probe
 from ansible.module_utils.unit_oracle import (
     EXEC_PROPERTIES,
     differences,
+    digested_values,
     one_control_proof,
     parse_show,
     proof_reason,
     reading,
 )
-from ansible.module_utils.unit_recipe import is_public_name, redact_argv
+from ansible.module_utils.unit_recipe import redact_argv
 
 
 def read_unit(module, unit, key):
@@ -101,10 +100,7 @@ def read_unit(module, unit, key):
             env, argv = probe(run, module.params["python"], environment, environment_files, start[1:])
         except ReadingError as exc:
             module.fail_json(msg=str(exc))
-    shown = {name: (value if is_public_name(name) else
-                    "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:16])
-             for name, value in env.items()}
-    return reading(exec_lines, environment, environment_files, settings, shown, argv)
+    return reading(exec_lines, environment, environment_files, settings, digested_values(env, key), argv)
 
 
 def main():

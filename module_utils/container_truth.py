@@ -10,30 +10,20 @@ are HMAC digests under a key the caller holds for the run, so two readings compa
 leaves the host. Pure functions; the container_reading module runs the runtime.
 """
 
-import hashlib
-import hmac
-
-from .unit_oracle import _edit_explained, word_edits
-from .unit_recipe import REDACTED, is_public_name, redact_argv
+from .unit_oracle import _edit_explained, digested_values, keyed_digest, word_edits
+from .unit_recipe import REDACTED, redact_argv
 
 # HostConfig keys that name this container or its files, not what it runs with.
 HOST_IDENTITY = {"LogConfig", "ContainerIDFile", "ConsoleSize"}
 LABEL_IDENTITY = {"PODMAN_SYSTEMD_UNIT"}
 
 
-def _digest(key, value):
-    return "hmac:" + hmac.new(key, str(value).encode(), hashlib.sha256).hexdigest()[:16]
-
-
-def _values(mapping, key):
-    return {name: (value if is_public_name(name) else _digest(key, value)) for name, value in mapping.items()}
-
-
 def digest_argv(argv, key):
     """An argv as redact_argv shows it, with each redacted value replaced by its digest (so two
     argvs compare word for word and a changed secret is seen as changed, never shown)."""
     shown = redact_argv(argv)
-    return [s.replace(REDACTED, _digest(key, raw)) if REDACTED in s else s for s, raw in zip(shown, argv, strict=True)]
+    return [s.replace(REDACTED, keyed_digest(key, raw)) if REDACTED in s else s
+            for s, raw in zip(shown, argv, strict=True)]
 
 
 def view(inspect, key):
@@ -46,7 +36,7 @@ def view(inspect, key):
                     for m in inspect.get("Mounts") or [])
     host = {k: v for k, v in (inspect.get("HostConfig") or {}).items() if k not in HOST_IDENTITY}
     return {"image": inspect.get("ImageDigest") or inspect.get("Image"), "image_id": inspect.get("Image"),
-            "env": _values(env, key), "labels": _values(labels, key),
+            "env": digested_values(env, key), "labels": digested_values(labels, key),
             "entrypoint": digest_argv(_words(config.get("Entrypoint")), key),
             "cmd": digest_argv(_words(config.get("Cmd")), key),
             "user": config.get("User"), "workdir": config.get("WorkingDir"), "stop_signal": config.get("StopSignal"),

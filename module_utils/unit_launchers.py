@@ -14,7 +14,8 @@ with that reason). Pure functions on an argv as systemd split it.
 
 import re
 
-PYTHON_RE = re.compile(r"(^|/)python[0-9.]*$")
+from .nccl_config import PYTHON_RE
+
 RUNTIMES = ("docker", "podman", "nerdctl")
 COMPOSE_PROGRAMS = ("docker-compose", "podman-compose", "nerdctl-compose")
 # `python -m <module>` and `python <script>` that are the engine's own server (the lab double is

@@ -8,7 +8,12 @@ These functions only compare readings; the module gathers them.
 """
 
 import difflib
+import hashlib
+import hmac
 import re
+
+from .unit_recipe import is_public_name
+from .unit_recipe import shown as shown_value
 
 # Exec properties whose argv systemd splits (busctl's a(sasbttttuii): path, argv, ignore, times, pid, ...).
 EXEC_PROPERTIES = ("ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload", "ExecStop", "ExecStopPost")
@@ -29,6 +34,17 @@ IDENTITY_OR_STATE = re.compile(
     r"ConditionTimestamp.*|AssertTimestamp.*|ExecMainStartTimestamp.*|ExecMainExitTimestamp.*|"
     r"ExecMainHandoffTimestamp.*|StatusBusError|StatusVarlinkError|FileDescriptorStoreMax|NFileDescriptorStore)$"
 )
+
+
+def keyed_digest(key, value):
+    """A value as an HMAC digest under a per-run (or per-call) key: equal values compare equal,
+    nothing can be looked up."""
+    return "hmac:" + hmac.new(key, str(value).encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def digested_values(mapping, key):
+    """{name: value} with every value off the variable allow-list replaced by its keyed digest."""
+    return {name: (value if is_public_name(name) else keyed_digest(key, value)) for name, value in mapping.items()}
 
 
 def parse_show(text):
@@ -186,17 +202,15 @@ GLUED_DIRECTIVE_RE = re.compile(
     r"Wants|Description)=)")
 
 
-def _shown_env(name, value, is_public):
-    if value is None:
-        return None
-    return value if is_public(name) else "<redacted>"
+def _shown_env(name, value):
+    return None if value is None else shown_value(name, value)  # None: not set at all
 
 
-def adoption_findings(file_reading, systemd, shown=lambda argv: argv, is_public=lambda name: False):
+def adoption_findings(file_reading, systemd, shown=lambda argv: argv):
     """Every place where what the unit file appears to say (the project's parser: file_reading =
     {argv, env_files, env, expanded_argv}) differs from what systemd loaded and would run (systemd =
-    systemd_reading.unit_reading). [{what, file, systemd, why}] with values through `shown` (argv)
-    and `is_public` (variables); systemd's own load warnings first."""
+    systemd_reading.unit_reading). [{what, file, systemd, why}] with argv through `shown` and
+    variables through the allow-list (unit_recipe.shown); systemd's own load warnings first."""
     out = [{"what": "systemd's load warning", "file": None, "systemd": line,
             "why": "systemd ignored part of the unit file"} for line in systemd.get("warnings") or []]
     starts = systemd["exec_start"]
@@ -229,8 +243,8 @@ def adoption_findings(file_reading, systemd, shown=lambda argv: argv, is_public=
             why = ("systemd reads the assignment differently (no 'export', quotes and '#' kept by systemd's own "
                    "rules)" if name in env else "systemd never sets it") if name in mine else \
                 "systemd sets it and the file does not appear to"
-            out.append({"what": f"environment {name}", "file": _shown_env(name, mine.get(name), is_public),
-                        "systemd": _shown_env(name, env.get(name), is_public), "why": why})
+            out.append({"what": f"environment {name}", "file": _shown_env(name, mine.get(name)),
+                        "systemd": _shown_env(name, env.get(name)), "why": why})
     if systemd.get("expanded_argv") is not None and systemd["expanded_argv"] != file_reading["expanded_argv"]:
         out.append({"what": "ExecStart argv after $VAR expansion", "file": shown(file_reading["expanded_argv"]),
                     "systemd": shown(systemd["expanded_argv"]),

@@ -227,11 +227,16 @@ def runtime_options(opts):
     return pairs
 
 
+def launched_by(runtime, argv, image, command):
+    """What the unit's command starts (unit_launchers.classify): for a process its argv, for a
+    container the command after the image (or the image's entrypoint)."""
+    return classify(command, image=image) if runtime != "process" else classify(argv)
+
+
 def detect_engine(runtime, argv, image, command):
     """The engine the unit's command runs: its program or module, or for a container its command
-    or the image's entrypoint (unit_launchers.classify); never a guess from a word in a path."""
-    found = classify(command, image=image) if runtime != "process" else classify(argv)
-    return found["engine"] or "unknown"
+    or the image's entrypoint; never a guess from a word in a path."""
+    return launched_by(runtime, argv, image, command)["engine"] or "unknown"
 
 
 def engine_args(command):

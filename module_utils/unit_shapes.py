@@ -14,14 +14,12 @@ Pure functions; the serving_recipe module reads the files.
 import re
 
 from .nccl_config import PYTHON_RE
-from .unit_launchers import classify
 from .unit_oracle import adoption_findings
 from .unit_recipe import (  # noqa: F401  (rename_container: part of this module's surface)
     RecipeError,
-    detect_engine,
     engine_args,
-    is_public_name,
     join_command,
+    launched_by,
     merge_dropins,
     parse_recipe,
     parse_unit_text,
@@ -182,7 +180,7 @@ def held_flags(argv, env):
     """{flag: VAR} for engine flags that reach the command only through a $VAR/${VAR} word."""
     out = {}
     for word in argv:
-        whole = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        whole = VAR_RE.fullmatch(word)
         if whole:
             name = whole.group(1) or whole.group(2)
             for part in (env.get(name) or "").split():
@@ -195,8 +193,8 @@ def complete_facts(recipe, read_text, expanded=None, env=None):
     """Fill the recipe's model, TP size, context, image (and its digest) and engine from the
     ExecStart argv after $VAR expansion - systemd's own (`expanded`, from its probe) where given,
     else the same rules here (EnvironmentFile= over Environment=) - and a --config file; returns
-    (args, command, expanded argv, image, config facts). Used for the original and, parsing it
-    back, for the candidate."""
+    (args, command, expanded argv, image, config facts, what the command starts). Used for the
+    original and, parsing it back, for the candidate."""
     if env is None:
         env = {**recipe["unit_env"], **recipe["env_file_env"]}  # systemd: EnvironmentFile= overrides Environment=
     if expanded is None:
@@ -219,9 +217,10 @@ def complete_facts(recipe, read_text, expanded=None, env=None):
         # An image held in a $VAR is the expanded one: that is what the runtime pulls and runs.
         recipe["image_as_written"], recipe["image"] = recipe["image"], image
         recipe["image_digest"] = image.split("@", 1)[1] if "@sha256:" in image else None
-    recipe["engine"] = detect_engine(runtime, expanded, image, command)
+    launched = launched_by(runtime, expanded, image, command)
+    recipe["engine"] = launched["engine"] or "unknown"
     recipe["held_flags"] = held_flags(recipe["argv"], env)
-    return args, command, expanded, image, config
+    return args, command, expanded, image, config, launched
 
 
 def _read_env_texts(sections, read_text, unit_name, strict):
@@ -282,7 +281,7 @@ def quote_systemd(word):
     return join_command([word]) if re.search(r"[\s\"'\\;]", word) or not word else word
 
 
-def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda user: None, systemd=None):
+def adopt(unit_name, fragment_path, read_text, dropin_paths=(), systemd=None):
     """The recipe of a unit as systemd runs it, or ShapeError with the true reason.
 
     read_text(path) -> str or None. systemd: its own reading of the unit
@@ -334,8 +333,8 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
                          "one at a time; put the engine command in ExecStart= and the control in the unit or an "
                          "EnvironmentFile")
     expanded = (systemd or {}).get("expanded_argv")
-    args, command, expanded, image, config = complete_facts(recipe, read_text, expanded, (systemd or {}).get("env"))
-    launched = classify(command, image=image) if recipe["runtime"] != "process" else classify(expanded)
+    args, command, expanded, image, config, launched = complete_facts(recipe, read_text, expanded,
+                                                                      (systemd or {}).get("env"))
     if launched["kind"] == "launcher":
         raise ShapeError(f"{unit_name} runs a launcher, not the engine: {launched['what']}; the engine's command "
                          f"line and its controls are {launched['where']}. A one-control candidate is provable only "
@@ -350,7 +349,7 @@ def adopt(unit_name, fragment_path, read_text, dropin_paths=(), home_of=lambda u
         findings = adoption_findings(
             {"argv": as_read["argv"], "env_files": written_files,
              "env": file_env, "expanded_argv": expand_vars(as_read["argv"], file_env)},
-            systemd, shown=redact_argv, is_public=is_public_name)
+            systemd, shown=redact_argv)
     recipe["shape"] = {"template": specs.get("i") is not None, "instance": specs.get("i"), "specifiers": used,
                        "expanded_argv": expanded, "config": args.get("--config"), "image_expanded": image,
                        "env_prefix": sorted(launched["env"]), "env_cleared": launched["env_cleared"]}

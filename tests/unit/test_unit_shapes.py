@@ -88,8 +88,7 @@ CASES = [
 
 def adopt(unit_name, text, path=None):
     files = {**FILES, path or f"/etc/systemd/system/{unit_name}": text}
-    return unit_shapes.adopt(unit_name, path or f"/etc/systemd/system/{unit_name}", files.get,
-                             home_of=lambda user: "/home/svc" if user == "svc" else "/root")
+    return unit_shapes.adopt(unit_name, path or f"/etc/systemd/system/{unit_name}", files.get)
 
 
 def fact(recipe, dotted):
