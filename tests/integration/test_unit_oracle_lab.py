@@ -30,8 +30,15 @@ RUNNING = ("[Service]\nEnvironmentFile=/etc/sglang/engine-double.env\nExecStart=
            " --tp-size {tp} --context-length 8192 --host 127.0.0.1 --port 30045\n")
 
 
+def original_state():
+    """The lab's own serving unit: its files and its invocation (no shape's refusal may touch it)."""
+    return (lab("sha256sum /etc/systemd/system/sglang.service /etc/sglang/sglang.env").stdout,
+            lab("systemctl show -p InvocationID,ActiveState,NRestarts sglang.service").stdout)
+
+
 @pytest.fixture(scope="module")
 def adopted():
+    before = original_state()
     # A running unit whose file was edited (and reloaded) after it started: what runs is not what
     # systemd would start now.
     lab("cat > /etc/systemd/system/shape-running.service && systemctl daemon-reload && "
@@ -53,7 +60,7 @@ def adopted():
         saved = json.loads(results.read_text())
         by_id = {shape["id"]: result for shape, result in zip(SHAPES, saved["shapes"], strict=True)}
         yield (by_id, json.loads(Path(f"{results}.proof").read_text()), re.sub(r"\s+", " ", run.stdout + run.stderr),
-               {r["item"]: r for r in saved["running"]}, results.read_text())
+               {r["item"]: r for r in saved["running"]}, results.read_text(), before)
     finally:
         files = " ".join(p for s in SHAPES for p in (s.get("files") or {}))
         units = " ".join(f"/etc/systemd/system/{s['unit']}" for s in SHAPES)
@@ -106,3 +113,9 @@ def test_the_running_process_is_read_beside_systemds_reading(adopted):
     assert {(e["side"], e["word"]) for e in edited["edits"]} == {("before", "4"), ("after", "2")}
     assert "shape-running.service: the running main process" in adopted[2]
     assert SECRET not in text + adopted[2]
+
+
+def test_no_refusal_touched_the_serving_original_or_left_a_candidate(adopted):
+    assert original_state() == adopted[5]
+    left = lab("ls /etc/systemd/system").stdout.split()
+    assert [name for name in left if name.startswith("shape-") and "-candidate" in name] == []

@@ -55,7 +55,7 @@ def test_an_arg_control_is_seen_in_the_command_words():
     result = container_truth.proof(original, container_truth.view(changed, KEY),
                                    {"kind": "arg", "name": "--max-num-batched-tokens", "value": "128"})
     assert result["ok"], result
-    changed["Config"]["Cmd"] = changed["Config"]["Cmd"] + ["--api-key", "other-secret"]
+    changed["Config"]["Cmd"] = changed["Config"]["Cmd"] + ["--auth-blob", "other-secret"]  # an unlisted flag
     result = container_truth.proof(original, container_truth.view(changed, KEY),
                                    {"kind": "arg", "name": "--max-num-batched-tokens", "value": "128"})
     assert not result["ok"] and "other-secret" not in json.dumps(result)

@@ -58,12 +58,14 @@ def test_secret_values_never_reach_the_findings():
     shape = next(s for s in SHAPES if s["id"] == "export lines and inline comments in an EnvironmentFile")
     reading = json.loads(json.dumps(READINGS[shape["id"]]))
     reading["env"]["HF_TOKEN"] = "hf_secret_9d1"
+    reading["env"]["ZX_INTERNAL_BLOB"] = "blob-7f3e-unusual"  # no secret-looking word in its name
     text = shape["text"]
     recipe = unit_shapes.adopt(shape["unit"], "/x.service", {**shape["files"], "/x.service": text}.get,
                                systemd=reading)
     findings = recipe["systemd"]["findings"]
     assert any(f["what"] == "environment HF_TOKEN" for f in findings)
-    assert "hf_secret_9d1" not in json.dumps(findings)
+    assert "hf_secret_9d1" not in json.dumps(findings) and "blob-7f3e-unusual" not in json.dumps(findings)
+    assert any(f["what"] == "environment ZX_INTERNAL_BLOB" for f in findings)
     # NCCL_* is on the allow-list: both readings are shown (systemd keeps the '#' and what follows)
     algo = next(f for f in findings if f["what"] == "environment NCCL_ALGO")
     assert algo["systemd"] == "Ring# tuned" and algo["file"] != algo["systemd"]
