@@ -3,7 +3,9 @@
 # 127.0.0.1:2222..2224), each with the original serving unit. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-for n in 1 2 3; do
+# Its first host is lab/up.sh's (LAB_CONTAINER, LAB_SSH_PORT: a test worker's own host).
+"$here/up.sh"
+for n in 2 3; do
   LAB_CONTAINER="serving-lab-gpu-$n" LAB_SSH_PORT=$((2221 + n)) "$here/up.sh"
 done
 cd "$here/.."

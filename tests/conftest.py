@@ -19,6 +19,21 @@ DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"
 
 
+# bin/test runs the lab tests on two pytest-xdist workers, each with its own lab host (the
+# machine's two cores; a third worker gains nothing). Each worker's ansible-playbook runs reach
+# its host through LAB_SSH_PORT (inventory/lab reads it) and the tests through LAB_CONTAINER;
+# lab/up.sh and lab/fleet-up.sh read the same two variables. Set them to pick a host by hand.
+LAB_HOSTS = {f"gw{i}": tuple(line.split()) for i, line in enumerate(
+    line for line in (REPO / "lab" / "test-hosts").read_text().splitlines() if line and not line.startswith("#"))}
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:  # each worker its own host, whatever the parent's environment says
+    if _worker not in LAB_HOSTS:
+        raise RuntimeError(f"pytest-xdist worker {_worker}: lab/test-hosts has hosts for {sorted(LAB_HOSTS)} "
+                           f"only (run -n {len(LAB_HOSTS)} or fewer)")
+    os.environ["LAB_CONTAINER"], os.environ["LAB_SSH_PORT"] = LAB_HOSTS[_worker]
+LAB_HOST = os.environ.get("LAB_CONTAINER", "serving-lab-gpu-1")
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -103,7 +118,6 @@ def run_playbook(playbook, extra_vars=None, inventory="localhost,", local=True, 
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-LAB_HOST = "serving-lab-gpu-1"
 
 
 def start_lab_playbook(playbook, extra_vars):
@@ -136,3 +150,22 @@ def only_run_dir(evidence, host, kind):
     dirs = sorted((Path(evidence) / host).glob(f"{kind}-*"))
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+# Longest first, so that two workers end together: molecule scenarios, then the lab tests, then
+# the quick unit tests that fill the gaps. Files whose tests share a module fixture (one lab
+# rollout, the fleet's three hosts) mark themselves xdist_group and run on one worker; unit
+# test files are kept whole the same way.
+_ORDER = ("tests/molecule/", "tests/integration/", "tests/unit/")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        path = item.path.relative_to(REPO).as_posix()
+        return next((i for i, top in enumerate(_ORDER) if path.startswith(top)), len(_ORDER))
+
+    for item in items:
+        if rank(item) == 2:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    items.sort(key=rank)

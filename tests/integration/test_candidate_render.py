@@ -5,9 +5,9 @@ import re
 import subprocess
 
 import pytest
-from conftest import run_playbook
+from conftest import LAB_HOST, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 SECRET = "lab-secret-6f1d0c9e2b7a4e58"
 
 

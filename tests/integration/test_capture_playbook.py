@@ -4,7 +4,7 @@ import json
 import re
 
 import pytest
-from conftest import only_run_dir, run_playbook
+from conftest import LAB_HOST, only_run_dir, run_playbook
 from make_sysfs_tree import pcie_8gpu
 
 
@@ -81,7 +81,7 @@ def test_capture_against_the_lab_host_is_read_only(tmp_path):
 def run_state():
     import subprocess
 
-    return subprocess.run(["podman", "exec", "serving-lab-gpu-1", "systemctl", "show", "-p",
+    return subprocess.run(["podman", "exec", LAB_HOST, "systemctl", "show", "-p",
                            "InvocationID,ActiveState,NRestarts", "sglang.service"],
                           capture_output=True, text=True, check=True).stdout
 

@@ -6,9 +6,9 @@ import re
 import subprocess
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import LAB_HOST, REPO, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 # The playbooks whose changes are their purpose: refused under --check at their first task.
 REFUSED = {"candidate-p2p.yml": "candidate.yml", "candidate.yml": "candidate.yml", "rollback.yml": "rollback.yml",
            "promote.yml": "promote.yml", "plan.yml": "plan.yml"}

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO
 from restored import restored_problems
 
-HOSTS = {"lab-gpu-1": "serving-lab-gpu-1", "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
+HOSTS = {"lab-gpu-1": LAB_HOST, "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LAB_SECRETS = (b"lab-secret-6f1d0c9e2b7a4e58", b"hf_labSecretToken0123456789abcdef")  # lab_serving_host defaults
 SMALL = json.dumps({"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,
                     **CPU_SHARED_WITH_OTHER_JOBS})
+# bin/test's workers run this file on one of them: the fleet's three lab hosts (module fixture): one worker at a time.
+pytestmark = pytest.mark.xdist_group("test_fleet")
 
 
 def on(host, *command, check=True):

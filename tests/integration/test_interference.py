@@ -7,9 +7,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, only_run_dir, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 FAULT = "/etc/engine-double/faults/sglang-candidate.service"
 
 

@@ -2,8 +2,11 @@
 
 import pytest
 import testinfra
+from conftest import LAB_HOST
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
+# bin/test's workers run this file on one of them: one testinfra connection (module fixture) for the file.
+pytestmark = pytest.mark.xdist_group("test_lab_host")
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import subprocess
 import tempfile
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import LAB_HOST, REPO, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"  # /usr/lib/python3.11/sitecustomize.py links here
 EVIDENCE = tempfile.mkdtemp(prefix="nccl-truth-evidence-")
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, wait_for_lab_phase
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, wait_for_lab_phase
 from restored import restored_problems
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 FAULTS = "/etc/engine-double/faults"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
 SMALL = json.dumps({"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import LAB_HOST, REPO
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "secret-shapes.service"
 ENV = "/etc/secret-shapes/secrets.env"
 PORT = 30021

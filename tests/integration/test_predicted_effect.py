@@ -10,9 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conftest import FIXTURES, run_playbook
+from conftest import FIXTURES, LAB_HOST, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 FAST = {"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 3}
 
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LOCK = "/var/lib/serving-rollout/sglang.service.lock"

@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import LAB_HOST, run_playbook, start_lab_playbook, wait_for_lab_phase
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
 CANDIDATE = "/etc/systemd/system/sglang-candidate.service"
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, run_playbook
+from conftest import FIXTURES, LAB_HOST, run_playbook
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
 ACCEPTED = next(s for s in SHAPES if s["id"] == "blank after a continuation backslash")
+# bin/test's workers run this file on one of them: one run over every shape (module fixture) serves every test here.
+pytestmark = pytest.mark.xdist_group("test_unit_oracle_lab")
 
 
 def lab(script, stdin=None):

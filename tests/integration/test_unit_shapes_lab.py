@@ -8,10 +8,10 @@ import tempfile
 
 import pytest
 import testinfra
-from conftest import run_playbook
+from conftest import LAB_HOST, run_playbook
 from restored import restored_problems
 
-LAB = "serving-lab-gpu-1"
+LAB = LAB_HOST  # this test worker's lab host (conftest)
 PORT = 30031
 TEMPLATE = f"""[Unit]
 Description=SGLang %i (template, engine double)
