@@ -60,6 +60,13 @@ options:
     description: Lines of the redacted excerpt (from the end).
     type: int
     default: 60
+  change:
+    description: >-
+      The candidate's one control change (serving_recipe's C(selected.change)); for an engine
+      argument (C(kind=arg)) the scan adds C(arg_effect): whether the engine's own configuration
+      dump (vLLM's C(non-default args), SGLang's C(server_args)) shows it at the value.
+    type: dict
+    default: {}
 author: serving-rollout
 """
 
@@ -77,7 +84,8 @@ scan:
   description: >-
     invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
-    custom_all_reduce_evidence, kv_cache_tokens, ready_after_s (first line to the first ready line), excerpt.
+    custom_all_reduce_evidence, kv_cache_tokens, ready_after_s (first line to the first ready line), excerpt;
+    arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument.
   type: dict
   returned: always
 """
@@ -85,10 +93,22 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_adapters import read_log, ready_after_s
+from ansible.module_utils.engine_adapters import arg_effect, read_log, ready_after_s
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
+from ansible.module_utils.unit_recipe import REDACTED, is_public_flag
+
+
+def proven_arg(engine, text, change):
+    """A candidate's engine-argument control as the engine's own configuration dump shows it
+    (engine_adapters.arg_effect); values only for allow-listed flags."""
+    effect = arg_effect(engine, text, change["name"], change.get("value"))
+    if not is_public_flag(change["name"]):
+        if effect["reported"] is not None and not effect["proven"]:
+            effect["why"] = f"{engine} reports another value of {effect['key']}"
+        effect.update({k: REDACTED for k in ("expected", "reported") if effect[k] is not None})
+    return effect
 
 
 def judge(engine, lines, known=(), stop_requested=False, extra=()):
@@ -131,6 +151,7 @@ def main():
             "extra_error_patterns": {"type": "list", "elements": "str", "default": []},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "excerpt_lines": {"type": "int", "default": 60},
+            "change": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -166,6 +187,8 @@ def main():
     scan = judge(p["engine"], lines, p["known_noise"], p["stop_requested"], extra)
     scan.update(invocation_id=invocation, excerpt=lines[-p["excerpt_lines"]:],
                 ready_after_s=ready_after_s(p["engine"], stamped))
+    if p["change"].get("kind") == "arg":
+        scan["arg_effect"] = proven_arg(p["engine"], "\n".join(lines), p["change"])
     module.exit_json(changed=False, scan=scan)
 
 

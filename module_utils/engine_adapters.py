@@ -11,6 +11,8 @@ the lab double read these; nothing else names an engine's strings.
 Pure functions over text; no I/O.
 """
 
+import ast
+import json
 import re
 
 # A signature: (name, regular expression, kind). kind is "fatal" (the engine is crashing or dead)
@@ -77,6 +79,9 @@ SGLANG = {
     "models_path": "/v1/models",
     # Log lines are progress only: with --log-level warning SGLang prints none of them.
     "ready_lines": [r"The server is fired up and ready to roll!"],
+    # Its whole configuration at start: ServerArgs(...) (the double: a JSON object).
+    "config_dump": r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$",
+    "config_dump_is_complete": True,
     "phases": [
         ("starting", r"server_args=ServerArgs\(|server_args=\{"),
         ("distributed-init", r"Init torch distributed begin|sglang is using nccl==|"
@@ -135,6 +140,9 @@ VLLM = {
     "models_path": "/v1/models",
     "ready_lines": [r"Starting vLLM API server(?: \d+)? on http", r"Starting vLLM server on http",
                     r"Application startup complete\.", r"Uvicorn running on http"],
+    # Only the arguments that differ from vLLM's defaults, as a Python dict literal.
+    "config_dump": r"non-default args: (\{.*\})\s*$",
+    "config_dump_is_complete": False,
     "phases": [
         ("starting", r"vLLM API server version|non-default args: \{|args: Namespace\("),
         ("engine-init", r"Initializing a V1 LLM engine|Initializing an LLM engine"),
@@ -149,7 +157,9 @@ VLLM = {
         ("http-starting", r"Starting vLLM API server|Starting vLLM server on|Available routes are"),
         ("ready", r"Application startup complete\."),
     ],
-    "crashes": _CAUSES + (
+    # A tool or reasoning parser's traceback is one request's failure (the request still got its
+    # answer): a warning of the API server, never an engine crash (the lab's real vLLM logs it).
+    "crashes": (("request-error", r"\[\w*_(?:tool|reasoning)_parser\.py:\d+\]", "warning"),) + _CAUSES + (
         ("worker-died", r"Worker(?: proc)? \S+(?: pid \d+)? died(?:, exit code: -?\d+| unexpectedly)", "fatal"),
         ("engine-core-fatal", r"EngineCore (?:encountered a fatal error|failed to start)", "fatal"),
         ("engine-dead", r"EngineDeadError|AsyncEngineDeadError|output_handler failed", "fatal"),
@@ -386,6 +396,72 @@ def read_log(engine, text, known=(), stop_requested=False):
         "custom_all_reduce": custom_all_reduce_state(engine, text),
         "kv_cache_tokens": kv_cache_tokens(engine, text),
     }
+
+
+def _literal_args(dump):
+    """{name: value} of a config dump: a dict literal or JSON object, or ServerArgs(k=v, ...)
+    (values that are not literals, such as enums, are kept as their source text)."""
+    if dump.startswith("{"):
+        try:
+            return json.loads(dump)
+        except ValueError:
+            pass
+        try:
+            value = ast.literal_eval(dump)
+        except (ValueError, SyntaxError):
+            return None
+        return value if isinstance(value, dict) else None
+    source = "f(" + dump[dump.index("(") + 1:-1] + ")"
+    try:
+        call = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    args = {}
+    for keyword in call.keywords:
+        try:
+            args[keyword.arg] = ast.literal_eval(keyword.value)
+        except ValueError:
+            args[keyword.arg] = ast.get_source_segment(source, keyword.value)
+    return args
+
+
+def reported_args(engine, text):
+    """The engine's own configuration dump of this invocation (its last one): {arg: value},
+    or None when it logged none. vLLM's lists only its non-default arguments."""
+    pattern = adapter(engine).get("config_dump")
+    if not pattern:
+        return None
+    dumps = [m.group(1) for m in (re.search(pattern, _strip(line)) for line in (text or "").splitlines()) if m]
+    return _literal_args(dumps[-1]) if dumps else None
+
+
+def _same_value(reported, wanted):
+    if wanted in (None, "") and reported is True:
+        return True  # a switch
+    if str(reported) == str(wanted):
+        return True
+    try:
+        return float(reported) == float(wanted)
+    except (TypeError, ValueError):
+        return False
+
+
+def arg_effect(engine, text, flag, value):
+    """Whether the engine's own configuration dump shows `flag` at `value` (a candidate's arg
+    control). Returns {flag, key, expected, reported, proven, why}; reported is None when the
+    engine does not list the argument (vLLM then runs its default)."""
+    rules = adapter(engine)
+    key = flag.lstrip("-").replace("-", "_")
+    args = reported_args(engine, text)
+    result = {"flag": flag, "key": key, "expected": value, "reported": None, "proven": False}
+    if args is None:
+        return dict(result, why=f"{rules['name']} logged no configuration dump in this invocation")
+    if key not in args:
+        where = "its server_args" if rules.get("config_dump_is_complete") else "its non-default args"
+        return dict(result, why=f"{rules['name']} lists no {key} among {where}: it runs its default")
+    proven = _same_value(args[key], value)
+    return dict(result, reported=args[key], proven=proven,
+                why="" if proven else f"{rules['name']} reports {key}={args[key]!r}, not {value!r}")
 
 
 def ready_after_s(engine, stamped):

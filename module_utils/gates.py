@@ -20,8 +20,11 @@ from .prompts import (
     with_target,
 )
 
-PLACE_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-                "required": ["city", "country"]}
+# Bounded strings: a real model answers well inside them, and a random-weight model (the lab's
+# real vLLM) still ends its object within max_tokens, so the schema check itself is exercised.
+PLACE_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                                 "country": {"type": "string", "maxLength": 24}},
+                "required": ["city", "country"], "additionalProperties": False}
 ORDER_TOOL = {"type": "function", "function": {
     "name": "lookup_order", "description": "Look up an order by its id.",
     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}}
@@ -49,8 +52,8 @@ def smoke(options):
 
 def json_gate(options):
     prompt = f"Request {nonce()}. Return the city and country of the Eiffel Tower as JSON. city: Paris country: France"
-    body, result = _request(options, [{"role": "user", "content": prompt}], response_format={
-        "type": "json_schema", "json_schema": {"name": "place", "schema": PLACE_SCHEMA}})
+    body, result = _request(options, [{"role": "user", "content": prompt}], max_tokens=96, response_format={
+        "type": "json_schema", "json_schema": {"name": "place", "schema": PLACE_SCHEMA, "strict": True}})
     expected = "a JSON object with string city and country"
     if not result["ok"]:
         return body, _observed(result), expected, False, result["error"]

