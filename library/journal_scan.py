@@ -85,6 +85,7 @@ scan:
     invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
     custom_all_reduce_evidence, kv_cache_tokens, ready_after_s (first line to the first ready line), excerpt;
+    collectives ({backend: nccl, gloo or None, evidence: the line});
     arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument.
   type: dict
   returned: always
@@ -93,7 +94,7 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_adapters import arg_effect, read_log, ready_after_s
+from ansible.module_utils.engine_adapters import arg_effect, collectives, read_log, ready_after_s
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
@@ -137,6 +138,7 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "custom_all_reduce": read["custom_all_reduce"]["state"],
         "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
         "kv_cache_tokens": read["kv_cache_tokens"],
+        "collectives": dict(zip(("backend", "evidence"), collectives(text))),
     }
 
 

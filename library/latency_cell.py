@@ -26,6 +26,15 @@ options:
   api_key_var: {description: Variable holding the API key in env_files., type: str}
   env_files: {description: EnvironmentFiles to read api_key_var from., type: list, elements: path, default: []}
   contract_words: {description: Exact word count of each answer., type: int, default: 32}
+  contract:
+    description: >-
+      words (each answer exactly C(contract_words) code words) or tokens (each answer exactly
+      C(contract_tokens) completion tokens by the engine's own usage count, asked with min_tokens
+      and ignore_eos: for a model that cannot follow the word task, such as the lab's random one).
+    type: str
+    choices: [words, tokens]
+    default: words
+  contract_tokens: {description: Exact completion tokens of each answer (contract tokens)., type: int, default: 48}
   contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
@@ -79,6 +88,8 @@ def main():
             "api_key_var": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "contract_words": {"type": "int", "default": 32},
+            "contract": {"type": "str", "default": "words", "choices": ["words", "tokens"]},
+            "contract_tokens": {"type": "int", "default": 48},
             "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
             "timeout_s": {"type": "float", "default": 600},
             "telemetry_interval_s": {"type": "float", "default": 1.0},
@@ -90,7 +101,7 @@ def main():
         supports_check_mode=False,
     )
     p = module.params
-    for name in ("requests", "concurrency", "prompt_tokens", "contract_words"):
+    for name in ("requests", "concurrency", "prompt_tokens", "contract_words", "contract_tokens"):
         if p[name] < 1:
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
     if p["first_index"] < 0:

@@ -22,14 +22,21 @@ from .nvml_facts import decode_clock_events
 from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 
 
-def request_record(index, result, words, pattern):
+def request_record(index, result, words, pattern, tokens=None):
+    """One request's record. tokens: the token contract (exactly that many completion tokens, as
+    the engine counts them) instead of the word contract."""
     usage = result["usage"] or {}
     record = {"index": index, "ttft_s": result["ttft_s"], "e2e_s": result["e2e_s"],
               "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
               "decode_tps": None, "error": result["error"], "contract_ok": None}
     if result["ok"]:
-        record["contract_ok"] = contract_violation(result["content"], words, pattern) is None
-        if not record["contract_ok"]:
+        if tokens:
+            record["contract_ok"] = record["completion_tokens"] == tokens
+            if not record["contract_ok"]:
+                record["response"] = f"{record['completion_tokens']} completion tokens, not {tokens}"
+        else:
+            record["contract_ok"] = contract_violation(result["content"], words, pattern) is None
+        if not record["contract_ok"] and not tokens:
             record["response"] = result["content"]
         tokens = record["completion_tokens"] or len((result["content"] or "").split())
         if tokens > 1 and result["e2e_s"] > result["ttft_s"]:
@@ -116,15 +123,22 @@ def run_cell(options):
     n, concurrency = options["requests"], options.get("concurrency", 1)
     first = options.get("first_index", 0)
 
+    # The token contract (a random-weight model cannot keep the word contract): the engine is
+    # asked for exactly N tokens (vLLM's and SGLang's min_tokens and ignore_eos) and its own
+    # usage count is checked.
+    tokens = options.get("contract_tokens") if options.get("contract") == "tokens" else None
+
     def one(index):
         prompt = with_target(contract_prompt(words), options["prompt_tokens"])
         body = {"model": options.get("model", "default"), "stream": True, "temperature": 0,
                 "max_tokens": words * 2 + 16, "messages": [{"role": "user", "content": prompt}],
                 "stream_options": {"include_usage": True}}
+        if tokens:
+            body.update(max_tokens=tokens, min_tokens=tokens, ignore_eos=True)
         request_id = f"serving-rollout-cell-{options.get('name', 'cell')}-{options.get('arm', 'arm')}-{index}"
         result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600),
                       request_id=request_id)
-        return request_record(index, result, words, pattern)
+        return request_record(index, result, words, pattern, tokens)
 
     read_stat = options.get("read_stat", read_proc_stat)
     started = time.monotonic()

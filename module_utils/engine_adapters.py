@@ -398,31 +398,54 @@ def read_log(engine, text, known=(), stop_requested=False):
     }
 
 
+# The backend of the engine's distributed world: vLLM names it (`... backend=gloo` on CPU,
+# `backend=nccl` on GPUs); NCCL's own lines prove an NCCL communicator for any engine.
+_BACKEND_RE = re.compile(r"world_size=\d+ rank=\d+ .*\bbackend=(\w+)")
+_NCCL_COMM_RE = re.compile(r"NCCL INFO (?:NCCL version|comm 0x|Channel \d+/\d+|Init COMPLETE)|is using nccl==")
+
+
+def collectives(text):
+    """(backend, evidence line) of an invocation's collectives: "nccl" when NCCL's own lines
+    are there, else the backend the engine names ("gloo" for vLLM on CPU), else (None, None)."""
+    lines = (text or "").splitlines()
+    for line in lines:
+        if _NCCL_COMM_RE.search(line):
+            return "nccl", _strip(line)
+    for line in lines:
+        match = _BACKEND_RE.search(line)
+        if match:
+            return match.group(1).lower(), _strip(line)
+    return None, None
+
+
+def _literal(node, source):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # an object's repr (StructuredOutputsConfig(...), an enum): its text
+        return ast.get_source_segment(source, node)
+
+
 def _literal_args(dump):
-    """{name: value} of a config dump: a dict literal or JSON object, or ServerArgs(k=v, ...)
-    (values that are not literals, such as enums, are kept as their source text)."""
+    """{name: value} of a config dump: a JSON object, a Python dict repr or ServerArgs(k=v, ...);
+    values that are not literals (config objects, enums) are kept as their source text."""
     if dump.startswith("{"):
         try:
             return json.loads(dump)
         except ValueError:
             pass
         try:
-            value = ast.literal_eval(dump)
-        except (ValueError, SyntaxError):
+            node = ast.parse(dump, mode="eval").body
+        except SyntaxError:
             return None
-        return value if isinstance(value, dict) else None
+        if not isinstance(node, ast.Dict):
+            return None
+        return {_literal(k, dump): _literal(v, dump) for k, v in zip(node.keys, node.values) if k is not None}
     source = "f(" + dump[dump.index("(") + 1:-1] + ")"
     try:
         call = ast.parse(source, mode="eval").body
     except SyntaxError:
         return None
-    args = {}
-    for keyword in call.keywords:
-        try:
-            args[keyword.arg] = ast.literal_eval(keyword.value)
-        except ValueError:
-            args[keyword.arg] = ast.get_source_segment(source, keyword.value)
-    return args
+    return {keyword.arg: _literal(keyword.value, source) for keyword in call.keywords if keyword.arg}
 
 
 def reported_args(engine, text):

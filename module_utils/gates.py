@@ -20,10 +20,11 @@ from .prompts import (
     with_target,
 )
 
-# Bounded strings: a real model answers well inside them, and a random-weight model (the lab's
-# real vLLM) still ends its object within max_tokens, so the schema check itself is exercised.
-PLACE_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-                                                 "country": {"type": "string", "maxLength": 24}},
+# Bounded names of letters: a real model's "Paris"/"France" fit, and a random-weight model (the
+# lab's real vLLM) still ends its object within max_tokens with valid JSON, so the engine's
+# structured output itself is checked (unbounded strings let xgrammar emit a raw tab: not JSON).
+PLACE_NAME = {"type": "string", "pattern": "^[A-Za-z][A-Za-z .-]{0,23}$"}
+PLACE_SCHEMA = {"type": "object", "properties": {"city": PLACE_NAME, "country": PLACE_NAME},
                 "required": ["city", "country"], "additionalProperties": False}
 ORDER_TOOL = {"type": "function", "function": {
     "name": "lookup_order", "description": "Look up an order by its id.",

