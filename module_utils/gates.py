@@ -45,7 +45,10 @@ def _observed(result):
 
 
 def smoke(options):
-    body, result = _request(options, [{"role": "user", "content": f"Request {nonce()}. Say hello."}], max_tokens=8)
+    # min_tokens (SGLang's and vLLM's sampling parameter): a model may end at once; an engine that
+    # is alive still generates (the lab's random-weight model often ends on its first token).
+    body, result = _request(options, [{"role": "user", "content": f"Request {nonce()}. Say hello."}], max_tokens=8,
+                            min_tokens=4)
     ok = result["ok"] and bool((result["content"] or "").strip())
     reason = result["error"] or (None if ok else "empty completion")
     return body, _observed(result), "a non-empty completion", ok, reason
