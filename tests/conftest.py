@@ -98,7 +98,10 @@ def engine_double():
 # interference: bin/test runs beside other jobs that start and stop, and a swing of the host's
 # CPU between arms rightly makes a cell inconclusive (re-measured first, then named). The GPU
 # conditions stay watched; tests/integration/test_interference.py tests the detection itself.
-CPU_SHARED_WITH_OTHER_JOBS = {"rollout_condition_limits": {"cpu_busy": 1.0, "cpu_runnable": 1000, "cpu_steal": 1.0}}
+# bin/test's second worker loads the machine unevenly too: the baseline brackets of a cell drift
+# by tens of percent, so the drift limit is widened with the CPU limits.
+CPU_SHARED_WITH_OTHER_JOBS = {"rollout_condition_limits": {"cpu_busy": 1.0, "cpu_runnable": 1000, "cpu_steal": 1.0},
+                              "rollout_drift_limit": 0.3}
 
 
 def run_playbook(playbook, extra_vars=None, inventory="localhost,", local=True, check=False, timeout=300):

@@ -50,6 +50,10 @@ def test_check_mode_runs_read_only_or_is_refused_in_one_line(playbook, tmp_path)
                               r"run; nothing was touched\. \S", output)
         assert refusals, output[-3000:]
         assert len(re.findall(r"^fatal: ", result.stdout, re.M)) == 1  # one host, one line: nothing else failed
+    elif playbook == "lab-provision-vllm.yml":
+        # the real-engine host's provisioning on a host lab/vllm-up.sh did not start: refused by name
+        assert result.returncode != 0 and "no /opt/vllm/bin/python on lab-gpu-1: start this host with " \
+            "lab/vllm-up.sh" in output, output[-3000:]
     elif playbook == "peer-path.yml":
         # the lab has no GPU: the proof is skipped by name, under --check as without it
         assert result.returncode == 0 or "peer-path verdict skipped" in output, output[-3000:]

@@ -4,6 +4,7 @@ no planted value appears in the console or in any file the run writes, while all
 controls (one of them named ...TOKEN) are shown. An inline secret is refused without showing it."""
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -68,7 +69,8 @@ def ansible_playbook(playbook, extra, *flags):
     command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", *flags,
                str(REPO / "playbooks" / playbook), "-e", json.dumps(extra)]
     env = {"PATH": f"{REPO / '.venv' / 'bin'}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": "/root",
-           "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+           "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf"),
+           "LAB_SSH_PORT": os.environ.get("LAB_SSH_PORT", "2222")}  # this test worker's lab host (conftest)
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 

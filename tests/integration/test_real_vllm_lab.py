@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook
 
 # One real-engine host: its tests run on one worker, one after another.
 pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
@@ -70,7 +70,10 @@ def test_the_lab_engine_is_the_registrys_vllm_never_the_double(vllm_host):
 def scheduler_run(vllm_host):
     before = identity()
     evidence = tempfile.mkdtemp(prefix="real-vllm-")
-    result = rollout(evidence, **SCHEDULER)
+    # bin/test's other worker loads this 2-core machine unevenly: the brackets drift by tens of
+    # percent, which rightly makes a cell inconclusive under the shipped 5 % limit. This test is about
+    # the real engine, not interference (test_interference.py tests that): limits widened here.
+    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, **SCHEDULER)
     runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
     return result, runs, before
 
