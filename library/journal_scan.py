@@ -138,7 +138,7 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "custom_all_reduce": read["custom_all_reduce"]["state"],
         "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
         "kv_cache_tokens": read["kv_cache_tokens"],
-        "collectives": dict(zip(("backend", "evidence"), collectives(text))),
+        "collectives": dict(zip(("backend", "evidence"), collectives(text), strict=True)),
     }
 
 

@@ -439,7 +439,8 @@ def _literal_args(dump):
             return None
         if not isinstance(node, ast.Dict):
             return None
-        return {_literal(k, dump): _literal(v, dump) for k, v in zip(node.keys, node.values) if k is not None}
+        pairs = zip(node.keys, node.values, strict=True)
+        return {_literal(k, dump): _literal(v, dump) for k, v in pairs if k is not None}
     source = "f(" + dump[dump.index("(") + 1:-1] + ")"
     try:
         call = ast.parse(source, mode="eval").body
