@@ -6,7 +6,6 @@ behaviour (readiness, logs, scheduling, structured outputs, shutdown), not GPU s
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -170,11 +169,14 @@ def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_st
             client.kill()
     text = " ".join(result.stdout.split())
     assert result.returncode == 0, text[-4000:]
-    # Stopped within the tool's deadline (15 s), by the engine itself or by the deadline's SIGKILL.
-    took = re.search(r"(?:vllm-candidate\.service ignored its stop for 15 s .{0,120})?stopped in ([0-9.]+) s", text)
-    assert took and float(took.group(1)) < 15 + 15, text[-4000:]
-    journal = on("journalctl", "-u", "vllm-candidate.service", "-o", "cat", "--no-pager").stdout
-    assert "[shutdown] EngineCore: aborting in-flight requests count=1" in journal or "ignored its stop" in text
+    # Stopped within the tool's deadline (15 s), by the engine itself or by the deadline's SIGKILL: the
+    # candidate's last stop as systemd's journal times it, from "Stopping" to "Stopped".
+    journal = on("journalctl", "-u", "vllm-candidate.service", "-o", "short-unix", "--no-pager").stdout.splitlines()
+    stopping = [float(line.split()[0]) for line in journal if " Stopping vllm-candidate.service" in line]
+    stopped = [float(line.split()[0]) for line in journal if " Stopped vllm-candidate.service" in line]
+    assert stopping and stopped and 0 <= stopped[-1] - stopping[-1] < 15 + 15, (stopping[-1:], stopped[-1:])
+    tail = "\n".join(journal[-80:])
+    assert "[shutdown] EngineCore: aborting in-flight requests count=1" in tail or "SIGKILL" in tail, tail
     after, after_hash = identity()
     assert after["ActiveState"] == "active" and after_hash == before_hash and after["InvocationID"] != \
         before["InvocationID"], after
