@@ -22,22 +22,22 @@ from .nvml_facts import decode_clock_events
 from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 
 
-def request_record(index, result, words, pattern, tokens=None):
-    """One request's record. tokens: the token contract (exactly that many completion tokens, as
-    the engine counts them) instead of the word contract."""
+def request_record(index, result, words, pattern, contract_tokens=None):
+    """One request's record. contract_tokens: the token contract (exactly that many completion
+    tokens, as the engine counts them) instead of the word contract."""
     usage = result["usage"] or {}
     record = {"index": index, "ttft_s": result["ttft_s"], "e2e_s": result["e2e_s"],
               "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
               "decode_tps": None, "error": result["error"], "contract_ok": None}
     if result["ok"]:
-        if tokens:
-            record["contract_ok"] = record["completion_tokens"] == tokens
-            if not record["contract_ok"]:
-                record["response"] = f"{record['completion_tokens']} completion tokens, not {tokens}"
+        if contract_tokens:
+            record["contract_ok"] = record["completion_tokens"] == contract_tokens
+            violation = f"{record['completion_tokens']} completion tokens, not {contract_tokens}"
         else:
             record["contract_ok"] = contract_violation(result["content"], words, pattern) is None
-        if not record["contract_ok"] and not tokens:
-            record["response"] = result["content"]
+            violation = result["content"]
+        if not record["contract_ok"]:
+            record["response"] = violation
         tokens = record["completion_tokens"] or len((result["content"] or "").split())
         if tokens > 1 and result["e2e_s"] > result["ttft_s"]:
             record["decode_tps"] = (tokens - 1) / (result["e2e_s"] - result["ttft_s"])
