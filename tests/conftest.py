@@ -1,10 +1,13 @@
 """Shared test set-up: the project's module_utils as Ansible ships them, the engine double.
 (Test helpers and filter plugins are on pytest's pythonpath: pyproject.toml.)"""
 
+import contextlib
+import fcntl
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,6 +164,61 @@ def only_run_dir(evidence, host, kind):
 # lab rollout, the fleet's three hosts, the real-engine host) mark themselves xdist_group and run
 # on one worker; unit test files are kept whole the same way.
 _ORDER = ("tests/integration/test_real_vllm_lab.py", "tests/molecule/", "tests/integration/", "tests/unit/")
+
+
+# A test marked machine_alone has the machine to itself: every other test of bin/test's two workers
+# holds the machine lock shared around its whole run (set-up and teardown included, so a module
+# fixture's engine start counts), a machine_alone test holds it exclusively. Why: a test about
+# telling interference from an effect needs the rest of the machine's load steady; a steady load
+# beside it (another CPU-heavy job) keeps a burst visible, but the other worker's rollouts, engine
+# starts and bursts come and go between the arms and can hide it. The exclusive test first leaves a
+# "wanted" file, so that the other worker takes no new shared lock while it waits (no starvation).
+MACHINE_LOCK = Path(tempfile.gettempdir()) / "serving-rollout-tests-machine.lock"
+MACHINE_WANTED = MACHINE_LOCK.with_suffix(".wanted")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "machine_alone: runs with no other test of this machine's workers beside it")
+
+
+@contextlib.contextmanager
+def machine_lock(alone, path=MACHINE_LOCK):
+    wanted = path.with_suffix(".wanted")
+    with open(path, "a") as handle:
+        if alone:
+            wanted.write_text(str(os.getpid()))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            finally:
+                wanted.unlink(missing_ok=True)
+        else:
+            while wanted_by_a_live_process(wanted):
+                time.sleep(0.5)
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def wanted_by_a_live_process(wanted=MACHINE_WANTED):
+    """Whether a machine_alone test waits for the lock (a file left by a killed run is not a wait)."""
+    try:
+        os.kill(int(wanted.read_text()), 0)
+        return True
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's live process
+        return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process: nothing runs beside it
+        yield
+        return
+    with machine_lock(item.get_closest_marker("machine_alone") is not None):
+        yield
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
@@ -31,6 +32,9 @@ def rollout_with_candidate_fault(fault, **extra):
     return only_run_dir(evidence, "lab-gpu-1", "rollout")
 
 
+# Alone on the machine: the other test worker's load comes and goes between the arms (a real vLLM
+# start, another rollout's cells) and can mask the burst or raise the baseline above it.
+@pytest.mark.machine_alone
 def test_a_burst_in_the_candidate_arm_is_never_a_reject():
     # The neighbour arrives with the candidate's first cell request and stays for 16 of them (two
     # chunks and their re-measuring), however long the gates took on a loaded machine.
