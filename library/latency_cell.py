@@ -13,7 +13,7 @@ description:
     error, and whether the response met the contract (violations are kept with the response).
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
   - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
-    between them; the rollout role merges the chunks with the merge_cell_chunks filter.
+    between them; the latency_arm action drives the chunks and merges them (module_utils/arm.py).
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing.
 options:
   base_url: {description: Engine URL on the host., type: str, required: true}

@@ -85,7 +85,7 @@ def progress_line(event):
     host, task, kind = data.get("host"), data.get("task", ""), event.get("event")
     if kind == "playbook_on_play_start":
         return f"== {data.get('play', '')}"
-    if kind == "runner_on_ok":
+    if kind in ("runner_on_ok", "runner_item_on_ok"):  # a looped task (the arm's cells) reports per item
         facts = data.get("res", {}).get("ansible_facts") or {}
         for progress in (facts.get(name) for name in PROGRESS_FACTS):
             text = progress_text(progress) if isinstance(progress, dict) else None

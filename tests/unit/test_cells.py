@@ -1,9 +1,17 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
 import pytest
-from ansible.errors import AnsibleFilterError
 from ansible.module_utils.cells import Telemetry, run_cell
-from cells_filters import ab_look, cell_progress, merge_cell_chunks
+
+from serving_rollout.module_utils.arm import (
+    cell_size,
+    engine_changed,
+    lock_lost,
+    look_at,
+    merge_chunks,
+    progress,
+    summary,
+)
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -54,10 +62,10 @@ def test_cell_in_chunks_merges_to_one_cell_with_progress(engine_double):
     chunks = [dict(run_cell({"base_url": double.url, "requests": size, "first_index": first, "prompt_tokens": 300}),
                    name="4k", arm="candidate")
               for first, size in ((0, 2), (2, 2), (4, 1))]
-    cell = merge_cell_chunks(chunks[:2])
-    assert cell_progress(cell, 5).startswith("request 4 of 5, elapsed ")
-    assert cell_progress(cell, 5).endswith(" ms") and "running median E2E" in cell_progress(cell, 5)
-    cell = merge_cell_chunks(chunks)
+    cell = merge_chunks(chunks[:2])
+    assert progress(cell, 5).startswith("request 4 of 5, elapsed ")
+    assert progress(cell, 5).endswith(" ms") and "running median E2E" in progress(cell, 5)
+    cell = merge_chunks(chunks)
     assert [r["index"] for r in cell["requests"]] == [0, 1, 2, 3, 4]
     assert [v["index"] for v in cell["contract_violations"]] == [0, 1, 2, 3, 4] and cell["failures"] == 0
     assert [t["requests"] for t in cell["telemetry"]] == [[0, 1], [2, 3], [4, 4]]
@@ -65,14 +73,14 @@ def test_cell_in_chunks_merges_to_one_cell_with_progress(engine_double):
 
 
 def test_merge_and_progress_refuse_bad_input():
-    with pytest.raises(AnsibleFilterError, match="non-empty list"):
-        merge_cell_chunks([])
-    with pytest.raises(AnsibleFilterError, match="several cells"):
-        merge_cell_chunks([{"name": "4k", "arm": "candidate", "requests": []},
+    with pytest.raises(ValueError, match="non-empty list"):
+        merge_chunks([])
+    with pytest.raises(ValueError, match="several cells"):
+        merge_chunks([{"name": "4k", "arm": "candidate", "requests": []},
                            {"name": "1k", "arm": "candidate", "requests": []}])
-    with pytest.raises(AnsibleFilterError, match="merged cell"):
-        cell_progress(None, 4)
-    assert cell_progress({"requests": [{"error": "HTTP 500", "e2e_s": 0.1}]}, 4) == (
+    with pytest.raises(ValueError, match="merged cell"):
+        progress(None, 4)
+    assert progress({"requests": [{"error": "HTTP 500", "e2e_s": 0.1}]}, 4) == (
         "request 1 of 4, elapsed 0.0 s, running median E2E n/a")
 
 
@@ -118,14 +126,14 @@ def test_ab_look_uses_the_look_it_is_given_whatever_the_brackets_size():
 
     baseline = cell([0.147, 0.148, 0.146, 0.150, 0.147, 0.149, 0.148, 0.146])
     candidate = cell([0.072, 0.073, 0.071, 0.074])
-    look = ab_look(candidate, baseline, 1, 12, 4, 8, 0.05, 1)
+    look = look_at(candidate, baseline, 1, 12, 4, 8, 0.05, 1)
     assert look["look"] == 1 and look["stop"] is True and look["metrics"]["e2e_s"] == "better"
     assert look["design"] == [[4, 8], [8, 8], [12, 12]]
-    assert ab_look(candidate, baseline, 3, 12, 4, 8, 0.05, 1)["stop"] is False  # the last look decides, never stops
-    with pytest.raises(AnsibleFilterError, match="look must be within 1..3, got 4"):
-        ab_look(candidate, baseline, 4, 12, 4, 8)
-    with pytest.raises(AnsibleFilterError, match="got 12, 0, 8"):
-        ab_look(candidate, baseline, 1, 12, 0, 8)
+    assert look_at(candidate, baseline, 3, 12, 4, 8, 0.05, 1)["stop"] is False  # the last look decides, never stops
+    with pytest.raises(ValueError, match="look must be within 1..3, got 4"):
+        look_at(candidate, baseline, 4, 12, 4, 8)
+    with pytest.raises(ValueError, match="got 12, 0, 8"):
+        look_at(candidate, baseline, 1, 12, 0, 8)
 
 
 def test_the_token_contract_asks_for_exactly_n_tokens_and_checks_the_engines_count():
@@ -143,3 +151,32 @@ def test_the_token_contract_asks_for_exactly_n_tokens_and_checks_the_engines_cou
     assert all(b["max_tokens"] == b["min_tokens"] == 48 and b["ignore_eos"] is True for b in sent), sent
     assert [r["contract_ok"] for r in cell["requests"]] == [True, False]
     assert cell["contract_violations"] == [{"index": 1, "response": "47 completion tokens, not 48"}]
+
+
+def test_an_arms_cell_size_summary_and_go_on_reasons():
+    assert [cell_size(arm, 12, 4, 8, True) for arm in ("baseline-1", "candidate", "baseline-2")] == [8, 12, 4]
+    assert [cell_size(arm, 12, 4, 8, False) for arm in ("baseline-1", "candidate", "baseline-2")] == [12, 12, 12]
+    with pytest.raises(ValueError, match="chunk must be an integer of at least 1, got 0"):
+        cell_size("candidate", 12, 0, 8, True)
+    with pytest.raises(ValueError, match="arm must be .* got 'candidat'"):
+        cell_size("candidat", 12, 4, 8, True)
+    cell = {"requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "prompt_tokens": 1003, "error": None},
+                         {"ttft_s": 0.3, "e2e_s": 3.0, "prompt_tokens": 1001, "error": None},
+                         {"ttft_s": None, "e2e_s": None, "prompt_tokens": None, "error": "HTTP 500"}],
+            "failures": 1, "contract_violations": [], "remeasured": [{}], "disturbed": ["host CPU busy 5% vs 90%"],
+            "sequential": {"stop": True, "look": 1, "looks": 3}}
+    assert summary(cell) == ("n=3, median TTFT 200.0 ms, median E2E 2000.0 ms, prompt tokens 1002, 1 failed, "
+                             "0 contract violations, stopped at look 1 of 3 (verdict clear), 1 chunk(s) re-measured, "
+                             "still disturbed: host CPU busy 5% vs 90%")
+    assert lock_lost({"held": True}) is None
+    assert lock_lost({"held": False, "lock": {"holder": "root@c pid 9", "run_id": "r2"}}) == (
+        "the lock was taken over by root@c pid 9 (run r2); this run stops measuring")
+    ready = {"MainPID": 41, "InvocationID": "abcdef0123456789", "NRestarts": 0}
+    assert engine_changed(ready, {"ActiveState": "active", "MainPID": "41", "InvocationID": "abcdef0123456789",
+                                  "NRestarts": "0"}) is None  # systemd's numbers may come as text
+    assert engine_changed(ready, {"ActiveState": "activating", "MainPID": 0, "InvocationID": "ffff",
+                                  "NRestarts": 1}) == (
+        "the candidate engine exited during the cells: ActiveState activating, MainPID 41 -> 0, "
+        "NRestarts 0 -> 1, InvocationID abcdef012345 -> ffff")
+    assert engine_changed(ready, {"ActiveState": "active", "MainPID": 77, "InvocationID": "99",
+                                  "NRestarts": 1}).startswith("the candidate engine restarted during the cells")

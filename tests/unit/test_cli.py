@@ -33,6 +33,10 @@ def test_progress_lines_from_the_plays_progress_fact_whatever_the_task_is_called
                                       failures="0")) == "h1: cell 4k (baseline-2) measured"
     assert cli.progress_line(progress("x", kind="cell", cell="1k", arm="candidate", requests="8", failures="5")) == \
         "h1: cell 1k (candidate) measured, 5 failed"
+    # The arm's cells are one looped task: each item reports its cell.
+    item = dict(progress("Measure the cells one by one, arm candidate", kind="cell", cell="4k", arm="candidate",
+                         requests=12, failures=0), event="runner_item_on_ok")
+    assert cli.progress_line(item) == "h1: cell 4k (candidate) measured"
     assert cli.progress_line(progress("y", kind="outcome", **record)) == "h1: failed, restored (31.5 s)"
     assert cli.progress_line(progress("z", kind="rollback", message="ROLLBACK: sglang.service restored")) == \
         "h1: ROLLBACK: sglang.service restored"
@@ -67,6 +71,8 @@ def test_every_progress_kind_the_plays_emit_has_a_line():
                 for child in node:
                     walk(child)
         walk(yaml.safe_load(path.read_text()))
+    for path in (REPO / "action_plugins").glob("*.py"):  # actions that report (latency_arm: each cell)
+        kinds.update(re.findall(r'"rollout_progress": \{\s*"kind": "([a-z-]+)"', path.read_text()))
     assert {"phase", "cell", "outcome", "not-started", "rollback"} <= kinds
     for kind in kinds:
         assert cli.progress_text({"kind": kind, "message": "m", "phase": "p"}) is not None, kind

@@ -1,0 +1,92 @@
+"""Action plugin: one cell of one A/B arm, chunk by chunk, from the controller.
+
+Before each chunk it checks the run may go on (rollout_lock: the lock is still this run's, the
+watchdog's lease renewed in the candidate arm; systemd: the candidate engine is the one that
+became ready), runs the chunk on the host (latency_cell, where the API key stays), shows the
+progress, and in the candidate arm looks at the cell so far (sequential: it stops at the first
+clear look). Returns the merged cell in the shape ab_verdict takes, and the progress fact
+bin/serving-rollout reads. The statistics and the chunks' records are module_utils' (arm.py,
+abstats.py, cells.py); this file only drives them. Documentation: library/latency_arm.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from serving_rollout.module_utils import arm
+
+display = Display()
+
+# What latency_cell takes from this task as it is; the plugin sets name, arm, first_index, requests,
+# reference_conditions and the remeasure settings itself.
+CELL_ARGS = ("base_url", "model", "api_key_var", "env_files", "contract_words", "contract", "timeout_s",
+             "concurrency", "remeasure_max", "condition_limits")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(CELL_ARGS + (
+        "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
+        "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity"))
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        args = self._task.args
+        host = task_vars.get("inventory_hostname", "host")
+        try:
+            name = args["cell"]["name"]
+            n = arm.cell_size(args["arm"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
+                              bool(args.get("sequential", True)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"latency_arm: bad arguments: {exc!r} in {dict(args)!r:.300}") from exc
+        chunk = int(args["chunk"])
+        first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
+        reference = first.get("conditions") if first and args["arm"] != "baseline-1" else None
+        looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
+        chunks, look = [], {}
+        for start in range(0, n, chunk):
+            self.go_on(args, task_vars)
+            result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
+                **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
+                "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
+                "first_index": start, "requests": min(chunk, n - start),
+                **({"reference_conditions": reference} if reference else {})})
+            if result.get("failed"):
+                return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
+                                               f"{result.get('msg', result)}"}
+            chunks.append(result["cell"])
+            so_far = arm.merge_chunks(chunks)
+            if looks:
+                look = arm.look_at(so_far, first, look=start // chunk + 1, requests=int(args["requests"]),
+                                   chunk=chunk, bracket=int(args["bracket"]), alpha=float(args.get("alpha", 0.05)),
+                                   cells=int(args.get("cells", 1)), min_effect=float(args.get("min_effect", 0.02)),
+                                   rule=args.get("rule"))
+            if look.get("stop") or len(so_far["requests"]) >= n:
+                break
+            display.display(f"{host}: cell {name} {args['arm']}: {arm.progress(so_far, n)}")
+        cell = dict(so_far, **({"sequential": look} if look else {}))
+        display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
+        return {"changed": False, "cell": cell,
+                "ansible_facts": {"rollout_progress": {
+                    "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
+                    "failures": cell["failures"]}}}
+
+    def go_on(self, args, task_vars):
+        """Stop measuring when another run took the lock over, or when the candidate engine exited or
+        restarted since it became ready (a crash of the run, never a slower arm)."""
+        candidate = args["arm"] == "candidate"
+        lock = self._execute_module(module_name="rollout_lock", task_vars=task_vars, module_args={
+            "path": args["lock_path"], "token": args["lock_token"], "state": "held",
+            **({"lease_s": int(args["lease_s"])} if candidate and args.get("lease_s") else {})})
+        if lock.get("failed"):
+            raise AnsibleActionFail(f"could not read the lock {args['lock_path']}: {lock.get('msg')}")
+        lost = arm.lock_lost(lock)
+        if lost:
+            raise AnsibleActionFail(lost)
+        if candidate:
+            unit = self._execute_module(module_name="ansible.builtin.systemd_service", task_vars=task_vars,
+                                        module_args={"name": args["candidate_unit"]})
+            if unit.get("failed"):
+                raise AnsibleActionFail(f"could not read {args['candidate_unit']}: {unit.get('msg')}")
+            changed = arm.engine_changed(args["candidate_identity"], unit.get("status") or {})
+            if changed:
+                raise AnsibleActionFail(changed)

@@ -1,0 +1,78 @@
+#!/usr/bin/python
+"""Documentation of the latency_arm action (action_plugins/latency_arm.py runs it on the controller)."""
+
+DOCUMENTATION = r"""
+---
+module: latency_arm
+short_description: Measure one cell of one A/B arm, chunk by chunk, with progress and the go-on checks
+description:
+  - Runs on the controller (an action plugin) and drives latency_cell on the host one chunk of
+    C(chunk) requests at a time, so an operator sees request k of n, elapsed time and the running
+    median between chunks, then the cell's summary.
+  - Before each chunk - the run's lock must still be its own (rollout_lock, state held; in the
+    candidate arm it renews the host watchdog's lease) and, in the candidate arm, the candidate
+    unit must be the engine that became ready (ActiveState, MainPID, InvocationID, NRestarts);
+    otherwise it fails, naming which changed.
+  - Requests per cell - the candidate C(requests); the first baseline bracket C(bracket); the second
+    one chunk (its drift check); every arm C(requests) when not C(sequential).
+  - In the candidate arm of a sequential cell it looks at the cell after every chunk against its
+    first baseline bracket and stops at the first clear look (module_utils/abstats.py).
+  - Changes nothing on the host but the lock's lease; sends load to the engine.
+options:
+  arm: {description: baseline-1, candidate or baseline-2., type: str, required: true}
+  cell: {description: "The cell: name and prompt_tokens.", type: dict, required: true}
+  requests: {description: The candidate's requests per cell (the most)., type: int, required: true}
+  chunk: {description: Requests per chunk (progress and looks between chunks)., type: int, required: true}
+  bracket: {description: Requests of the first baseline bracket., type: int, required: true}
+  sequential: {description: Sequential cells (else every arm runs C(requests))., type: bool, default: true}
+  first_bracket: {description: The first baseline bracket's cells (the reference of the other arms)., type: list, elements: dict}
+  alpha: {description: Error rate of the verdict., type: float, default: 0.05}
+  cells: {description: Cells of the run (Holm's family)., type: int, default: 1}
+  min_effect: {description: Smallest effect that counts., type: float, default: 0.02}
+  rule: {description: The decision rule (module_utils/abstats.py)., type: dict}
+  lock_path: {description: The run's lock file on the host., type: path, required: true}
+  lock_token: {description: The run's lock token., type: str, required: true}
+  lease_s: {description: The watchdog's lease renewed before each candidate chunk., type: int}
+  candidate_unit: {description: The candidate's unit (candidate arm)., type: str}
+  candidate_identity: {description: "The candidate's MainPID, InvocationID, NRestarts at ready.", type: dict}
+  base_url: {description: Engine URL on the host., type: str, required: true}
+  model: {description: Model id sent in requests., type: str}
+  api_key_var: {description: Variable holding the API key in env_files., type: str}
+  env_files: {description: EnvironmentFiles to read api_key_var from., type: list, elements: path}
+  contract_words: {description: Exact word count of each answer., type: int}
+  contract: {description: words or tokens (latency_cell)., type: str}
+  timeout_s: {description: Time limit of one request., type: float}
+  concurrency: {description: Requests in flight., type: int}
+  remeasure_max: {description: Times a disturbed chunk is measured again., type: int}
+  condition_limits: {description: How far conditions may differ., type: dict}
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Measure the candidate arm, cell by cell
+  latency_arm:
+    arm: candidate
+    cell: "{{ item }}"
+    requests: 12
+    chunk: 4
+    bracket: 8
+    first_bracket: "{{ rollout_cells_by_arm['baseline-1'] }}"
+    lock_path: /var/lib/serving-rollout/sglang.service.lock
+    lock_token: "{{ rollout_lock_token }}"
+    candidate_unit: sglang-candidate.service
+    candidate_identity: "{{ rollout_candidate_identity }}"
+    base_url: http://127.0.0.1:30000
+  loop: "{{ rollout_cells }}"
+"""
+
+RETURN = r"""
+cell:
+  description: >-
+    The merged cell (latency_cell's records of every chunk joined; telemetry per chunk; conditions,
+    remeasured, disturbed) and, in a sequential candidate arm, its last look under C(sequential).
+  type: dict
+  returned: success
+"""
+
+if __name__ == "__main__":
+    raise SystemExit("latency_arm runs on the controller as an action plugin (action_plugins/latency_arm.py)")

@@ -1,0 +1,111 @@
+"""One arm of the A/B, cell by cell, as the latency_arm action plugin runs it on the controller:
+how many requests a cell of an arm gets, its chunks merged into one cell, the candidate's
+sequential look, the progress and summary lines, and whether the run may go on.
+
+Pure functions; ValueError names the bad value."""
+
+import statistics
+
+from .conditions import median_conditions
+
+
+def cell_size(arm, requests, chunk, bracket, sequential):
+    """Requests of one cell in `arm`: the candidate (or every arm when not sequential) its
+    `requests`, the first baseline bracket `bracket`, the second one chunk (its drift check)."""
+    for name, value in (("requests", requests), ("chunk", chunk), ("bracket", bracket)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
+    if arm not in ("baseline-1", "candidate", "baseline-2"):
+        raise ValueError(f"arm must be baseline-1, candidate or baseline-2, got {arm!r}")
+    if arm == "candidate" or not sequential:
+        return requests
+    return min(chunk, bracket) if arm == "baseline-2" else bracket
+
+
+def merge_chunks(chunks):
+    """The chunks of one cell (latency_cell results, in order) as one cell: requests, failures
+    and contract violations joined; telemetry kept per chunk with its request range."""
+    if not isinstance(chunks, list) or not chunks or not all(isinstance(c, dict) and "requests" in c for c in chunks):
+        raise ValueError(f"merge_chunks needs a non-empty list of latency_cell results, got {chunks!r:.200}")
+    keys = {(c.get("name"), c.get("arm")) for c in chunks}
+    if len(keys) != 1:
+        raise ValueError(f"merge_chunks got chunks of several cells: {sorted(keys, key=str)}")
+    cell = {key: chunks[0][key] for key in ("name", "arm", "prompt_tokens_target", "concurrency") if key in chunks[0]}
+    cell["requests"] = [r for c in chunks for r in c["requests"]]
+    cell["failures"] = sum(c.get("failures", 0) for c in chunks)
+    cell["contract_violations"] = [v for c in chunks for v in c.get("contract_violations", [])]
+    cell["elapsed_s"] = sum(c.get("elapsed_s", 0.0) for c in chunks)
+    cell["telemetry"] = [dict(c.get("telemetry") or {},
+                              requests=[c["requests"][0]["index"], c["requests"][-1]["index"]])
+                         for c in chunks if c["requests"]]
+    cell["conditions"] = median_conditions([c.get("conditions") for c in chunks])
+    cell["remeasured"] = [r for c in chunks for r in c.get("remeasured") or []]
+    cell["disturbed"] = [c["disturbed"] for c in chunks if c.get("disturbed")]
+    return cell
+
+
+def look_at(candidate, baseline, look, requests, chunk, bracket, alpha=0.05, cells=1, min_effect=0.02, rule=None):
+    """Look `look` at a cell's candidate arm (merged so far) against its first baseline bracket, in a
+    sequential cell of at most `requests` looked at every `chunk` with a first bracket of `bracket`
+    (abstats.sequential_look): stop now or go on, at the design's boundary."""
+    from .abstats import sequential_design, sequential_look
+
+    if not isinstance(candidate, dict) or not isinstance(baseline, dict):
+        raise ValueError(f"look_at needs two merged cells, got {candidate!r:.100} and {baseline!r:.100}")
+    design = sequential_design(int(requests), int(chunk), int(bracket))
+    return sequential_look(baseline["requests"], candidate["requests"], look, design, alpha, cells, min_effect, rule)
+
+
+def progress(cell, of):
+    """'request k of n, elapsed E s, running median E2E M ms' for a cell merged so far."""
+    if not isinstance(cell, dict) or not isinstance(cell.get("requests"), list):
+        raise ValueError(f"progress needs a merged cell, got {cell!r:.200}")
+    answered = [r["e2e_s"] for r in cell["requests"] if r.get("error") is None and r.get("e2e_s") is not None]
+    running = f"{statistics.median(answered) * 1000:.1f} ms" if answered else "n/a"
+    return (f"request {len(cell['requests'])} of {of}, elapsed {cell.get('elapsed_s', 0.0):.1f} s, "
+            f"running median E2E {running}")
+
+
+def summary(cell):
+    """'n=N, median TTFT .., median E2E .., prompt tokens .., F failed, V contract violations[, ...]'
+    for a finished cell (its sequential look, re-measured chunks and remaining disturbance named)."""
+    answered = [r for r in cell["requests"] if r.get("error") is None]
+    parts = [f"n={len(cell['requests'])}"]
+    if answered:
+        prompt = [r["prompt_tokens"] for r in answered if r.get("prompt_tokens")]
+        parts += [f"median TTFT {statistics.median(r['ttft_s'] for r in answered) * 1000:.1f} ms",
+                  f"median E2E {statistics.median(r['e2e_s'] for r in answered) * 1000:.1f} ms",
+                  f"prompt tokens {int(statistics.median(prompt))}" if prompt else "prompt tokens n/a"]
+    parts += [f"{cell['failures']} failed", f"{len(cell['contract_violations'])} contract violations"]
+    look = cell.get("sequential") or {}
+    if look.get("stop"):
+        parts.append(f"stopped at look {look['look']} of {look['looks']} (verdict clear)")
+    if cell.get("remeasured"):
+        parts.append(f"{len(cell['remeasured'])} chunk(s) re-measured")
+    if cell.get("disturbed"):
+        parts.append(f"still disturbed: {'; '.join(cell['disturbed'])}")
+    return ", ".join(parts)
+
+
+def lock_lost(lock_result):
+    """Why the run must stop measuring when rollout_lock (state held) says it lost its lock, else None."""
+    if lock_result.get("held"):
+        return None
+    lock = lock_result.get("lock") or {}
+    return (f"the lock was taken over by {lock.get('holder', 'nobody (it was removed)')} "
+            f"(run {lock.get('run_id', 'none')}); this run stops measuring")
+
+
+def engine_changed(identity, status, when="cells"):
+    """Why the candidate engine no longer is the one that became ready (exited or restarted:
+    a crash of the run, never a slower arm), else None. `identity` and `status` are systemd's
+    ActiveState, MainPID, InvocationID, NRestarts at ready and now."""
+    same = status.get("ActiveState") == "active" and all(
+        str(status.get(key)) == str(identity.get(key)) for key in ("MainPID", "InvocationID", "NRestarts"))
+    if same:
+        return None
+    what = "exited" if status.get("ActiveState") != "active" else "restarted"
+    return (f"the candidate engine {what} during the {when}: ActiveState {status.get('ActiveState')}, "
+            f"MainPID {identity.get('MainPID')} -> {status.get('MainPID')}, "
+            f"NRestarts {identity.get('NRestarts')} -> {status.get('NRestarts')}, "
+            f"InvocationID {str(identity.get('InvocationID'))[:12]} -> {str(status.get('InvocationID'))[:12]}")
