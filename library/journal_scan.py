@@ -84,7 +84,8 @@ scan:
   description: >-
     invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
-    custom_all_reduce_evidence, kv_cache_tokens, ready_after_s (first line to the first ready line), excerpt;
+    custom_all_reduce_evidence, kv_cache_tokens, max_concurrency (the concurrency the engine states once its
+    KV cache is sized), ready_after_s (first line to the first ready line), excerpt;
     collectives ({backend: nccl, gloo or None, evidence: the line});
     arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument.
   type: dict
@@ -138,6 +139,7 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "custom_all_reduce": read["custom_all_reduce"]["state"],
         "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
         "kv_cache_tokens": read["kv_cache_tokens"],
+        "max_concurrency": read["max_concurrency"],
         "collectives": dict(zip(("backend", "evidence"), collectives(text), strict=True)),
     }
 

@@ -112,6 +112,8 @@ SGLANG = {
         "config_off": [r"disable_custom_all_reduce=True"],
     },
     "kv_cache_tokens": [r"KV Cache is allocated\. #tokens: (\d[\d,]*)", r"max_total_num_tokens=(\d[\d,]*)"],
+    # The requests the engine says it will run at once (its scheduler's limit, after the KV cache is sized).
+    "max_concurrency": [r"max_running_requests=(\d+)"],
     # setproctitle names: the scheduler (one per TP rank) holds the GPU memory; orphans reparent to PID 1.
     "process_titles": [r"sglang::scheduler\w*", r"sglang::detokenizer", r"sglang::data_parallel_controller"],
     # SGLang's launch_server exits on SIGTERM and kills its process tree; a scheduler that detached
@@ -124,6 +126,9 @@ SGLANG = {
         "weights-loaded": "[{time} TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
                           "avail mem=60.11 GB",
         "kv-cache": "[{time} TP0] KV Cache is allocated. #tokens: {kv_tokens}, K size: 20.00 GB, V size: 20.00 GB",
+        # sgl-project/sglang#2468 (the corpus): the scheduler's limits once the memory pool is sized
+        "capacity": "[{time} TP0] max_total_num_tokens={kv_tokens}, max_prefill_tokens=16384, "
+                    "max_running_requests={max_concurrency}, context_len={context}",
         "cuda-graph-capture": "[{time} TP0] Capture cuda graph begin. This can take up to several minutes.",
         "cuda-graph-captured": "[{time} TP0] Capture cuda graph end. Time elapsed: 2.19 s",
         "custom-all-reduce-enabled": "[{time} TP0] Registering {n} cuda graph addresses",
@@ -177,6 +182,8 @@ VLLM = {
         "config_off": [r"disable_custom_all_reduce=True", r"'disable_custom_all_reduce': True"],
     },
     "kv_cache_tokens": [r"KV cache size: (\d[\d,]*) tokens"],
+    # How many requests of the full context length fit in the KV cache at once ("6.49x").
+    "max_concurrency": [r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"],
     "process_titles": [r"VLLM::EngineCore\w*", r"VLLM::Worker\w*", r"VllmWorkerProcess", r"VLLM::APIServer"],
     # The OpenAI API server waits for open client streams to close on SIGTERM, whatever its
     # shutdown timeout: a stop must have its own deadline and escalate.
@@ -191,6 +198,9 @@ VLLM = {
                           "Loading weights took 1.02 seconds",
         "kv-cache": "(EngineCore_DP0 pid={pid}) INFO {time} [kv_cache_utils.py:1087] "
                     "GPU KV cache size: {kv_tokens} tokens",
+        # zai-org/GLM-V#204 (the corpus): how many full-length requests fit
+        "capacity": "(EngineCore_DP0 pid={pid}) INFO {time} [kv_cache_utils.py:1091] "
+                    "Maximum concurrency for {context} tokens per request: {max_concurrency}x",
         "custom-all-reduce-enabled": "(VllmWorker TP0 pid={pid}) INFO {time} [custom_all_reduce.py:203] "
                                      "Registering {n} cuda graph addresses",
         "custom-all-reduce-disabled": "(VllmWorker TP0 pid={pid}) WARNING {time} [custom_all_reduce.py:136] "
@@ -220,6 +230,7 @@ UNKNOWN = {
     "stop_noise": [],
     "custom_all_reduce": {"enabled": [], "disabled": [], "config_off": []},
     "kv_cache_tokens": [],
+    "max_concurrency": [],
     "process_titles": [],
     "stop": {"waits_for_open_streams": True},
     "examples": {},
@@ -333,6 +344,17 @@ def kv_cache_tokens(engine, text):
     return None
 
 
+def max_concurrency(engine, text):
+    """The concurrency the engine states once its KV cache is sized (vLLM: full-length requests
+    that fit, SGLang: its max_running_requests), the last one logged, else None."""
+    for pattern in adapter(engine)["max_concurrency"]:
+        found = re.findall(pattern, text or "")
+        if found:
+            value = float(found[-1].replace(",", ""))
+            return int(value) if value.is_integer() else value
+    return None
+
+
 def read_log(engine, text, known=(), stop_requested=False):
     """Judge one invocation's log.
 
@@ -340,7 +362,7 @@ def read_log(engine, text, known=(), stop_requested=False):
     noise here (shown, not an error). stop_requested: the tool (or the operator) stopped this
     invocation, so the engine's own clean-stop errors are noise from the first line. Returns
     {engine, ready_logged, phase, crashed, crash, cause, errors, warnings, noise, stuck,
-    signatures, stopping, nccl_versions, custom_all_reduce, kv_cache_tokens}: errors are the
+    signatures, stopping, nccl_versions, custom_all_reduce, kv_cache_tokens, max_concurrency}: errors are the
     lines of fatal signatures and of warnings new against the baseline; crashed is whether a
     fatal signature appeared (outside an orderly stop); crash names the most specific one."""
     rules = adapter(engine)
@@ -395,6 +417,7 @@ def read_log(engine, text, known=(), stop_requested=False):
         "nccl_versions": nccl_versions(text),
         "custom_all_reduce": custom_all_reduce_state(engine, text),
         "kv_cache_tokens": kv_cache_tokens(engine, text),
+        "max_concurrency": max_concurrency(engine, text),
     }
 
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from serving_rollout import fleet  # the lock and the atomic writer of index.json
-from serving_rollout.module_utils import decode_model  # pure: the same arithmetic the peer-path check uses
+from serving_rollout.module_utils import capacity, decode_model  # pure, shared with the hosts' modules
 from serving_rollout.module_utils.host_files import free_mib
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
@@ -58,13 +58,30 @@ def decision_record(run):
     if not outcome.get("restored"):
         reasons.insert(0, "restoration not proven")
     final = verdict.get("decision", "inconclusive") if not outcome.get("failure") else "reject"
+    kv = kv_capacity(run)
+    if kv and kv["verdict"] != "unknown":
+        reasons.append(kv["reason"])
+    if kv and kv["verdict"] == "lost" and not kv["accepted"]:
+        final = "reject"  # fewer tokens fit: under load it serves fewer requests, whatever its latency
     return {"schema": DECISION_SCHEMA, "run_id": outcome.get("run_id"), "host": outcome.get("host"),
             "candidate_id": outcome.get("candidate_id"), "verdict": final, "rule": verdict.get("rule"),
             "method": verdict.get("method"), "requests_per_arm": requests_per_arm(run),
             "reasons": reasons, "restored": bool(outcome.get("restored")),
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
-            "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison")}
+            "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
+            "kv_capacity": kv}
+
+
+def kv_capacity(run):
+    """The candidate's KV capacity against the original's (module_utils/capacity.py), from the
+    engines' own reports in capacity.json; None for a run without that record."""
+    record = load(run, "capacity.json")
+    if not record:
+        return None
+    policy = record.get("policy") or {}
+    return capacity.kv_judgement(record.get("arms"), float(policy.get("kv_max_loss", 0.05)),
+                                 bool(policy.get("kv_loss_accepted")))
 
 
 def requests_per_arm(run):
@@ -200,6 +217,10 @@ def render_card(run):
     if decision.get("requests_per_arm"):
         spent = ", ".join(f"{arm} {n}" for arm, n in decision["requests_per_arm"].items())
         lines += [f"Requests spent per arm: {spent}.", ""]
+    if decision.get("kv_capacity"):
+        kv = decision["kv_capacity"]
+        stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)
+        lines += [f"{kv['reason']}." + (f" Concurrency the engine states: {stated}." if stated else ""), ""]
     if double:
         lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
                   "and decides, never the real engine's performance.", ""]

@@ -219,6 +219,8 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
                      "serving_recipe_plan_evidence": plan_evidence(state, cid)}
         if isinstance(entry.get("control"), dict):
             extravars["serving_recipe_custom_change"] = entry["control"]
+        if entry.get("accept_kv_loss") is True:  # the plan accepts fewer KV tokens for this one (recorded)
+            extravars["rollout_kv_loss_accepted"] = True
         hosts = run_candidate(cid, run_id, extravars)
         state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
         save(folder, state, plan, plan_path, policy)

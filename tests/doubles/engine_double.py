@@ -46,6 +46,8 @@ Configuration (environment, all optional):
       speedup:F               every latency of this process F (0-1) shorter: an effect far outside
                               any noise, for tests that need a verdict on a loaded machine
       slowdown:F              every latency of this process F longer (0.5: 1.5x): a sure reject
+      kv_loss:F               the KV cache holds F (0-1) fewer tokens (its start-up report says so,
+                              and the concurrency it states falls with it)
       burst:S:F               for S seconds after ready a noisy neighbour: two busy processes
                               on the host's CPUs and every latency F longer (interference
                               that hits one arm only)
@@ -382,7 +384,12 @@ class Engine:
             for _ in range(2):  # real CPU load, as a neighbour's job would put on the host
                 subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
                                   "while time.time() < end: pass"], start_new_session=True)
-        self.say("kv-cache", kv_tokens=int(self.env.get("DOUBLE_KV_TOKENS", "500000")))
+        # A KV-loss fault: fewer tokens fit (as cuMem or all-reduce buffers take memory), so fewer requests at once.
+        kv_tokens = int(int(self.env.get("DOUBLE_KV_TOKENS", "500000")) * (1 - float(self.faults.get("kv_loss") or 0)))
+        self.say("kv-cache", kv_tokens=kv_tokens)
+        shape = self.env.get("DOUBLE_SHAPE", "sglang")
+        stated = min(4096, kv_tokens // 128) if shape == "sglang" else f"{kv_tokens / self.args.context_length:.2f}"
+        self.say("capacity", kv_tokens=kv_tokens, max_concurrency=stated, context=self.args.context_length)
         self.say("http-starting")
         self.ready.set()
         self.say("ready")

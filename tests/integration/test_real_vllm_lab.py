@@ -183,3 +183,35 @@ def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_st
     assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
     rollbacks = sorted(Path(evidence).glob("lab-vllm-1/rollback-*"))
     assert len(rollbacks) == 1, rollbacks
+
+
+def test_tp2_on_cpu_a_multi_rank_real_engine_is_adopted_rolled_out_and_restored(vllm_host):
+    """TP 2 once (slow: three starts of a two-rank engine): the TP fact, the readiness of a multi-process
+    engine and the wait for free devices over its rank workers (VLLM::Worker_TP*) meet real vLLM.
+    Last in this file: it leaves the host at TP 2 (the next vllm-up.sh provisions TP 1 again)."""
+    provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_tp_size": 2}, inventory="inventory/lab-vllm",
+                             local=False, timeout=1500)
+    assert provision.returncode == 0, provision.stdout[-3000:]
+    workers = on("pgrep", "-a", "-f", "VLLM::Worker_TP").stdout.splitlines()
+    assert len(workers) == 2, workers  # one process per rank, titled by vLLM itself
+    before, before_hash = identity()
+    evidence = tempfile.mkdtemp(prefix="real-vllm-tp2-")
+    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, **SCHEDULER,
+                     serving_expected={"model": "/srv/models/tiny-llama", "tp_size": 2, "context_length": 8192},
+                     rollout_cell_requests=4)
+    assert result.returncode == 0, result.stdout[-4000:]
+    run, = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
+    # The TP fact: the unit's --tensor-parallel-size 2 against the pin, and the engine's own gloo world of two.
+    tp = next(c for c in json.loads((run / "preflight.json").read_text())["checks"] if c["check"] == "TP size")
+    assert tp["verdict"] == "pass" and str(tp["observed"]) == "2", tp
+    excerpts = json.loads((run / "journal-excerpts.json").read_text())
+    assert excerpts["candidate"]["collectives"]["backend"] == "gloo"
+    assert "world_size=2" in excerpts["candidate"]["collectives"]["evidence"], excerpts["candidate"]["collectives"]
+    assert excerpts["candidate"]["arg_effect"]["proven"], excerpts["candidate"]["arg_effect"]
+    # Both ranks' workers of the stopped original and the stopped candidate were gone before the next
+    # start (the run went on), and the restored original runs its two ranks again.
+    after, after_hash = identity()
+    assert after["ActiveState"] == "active" and after_hash == before_hash and \
+        after["InvocationID"] != before["InvocationID"], after
+    assert len(on("pgrep", "-f", "VLLM::Worker_TP").stdout.split()) == 2
+    assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1

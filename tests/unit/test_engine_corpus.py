@@ -17,7 +17,8 @@ CORPUS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs" 
 LAB_LOGS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs" / "lab-vllm.yml").read_text())
 BY_ID = {entry["id"]: entry for entry in CORPUS + LAB_LOGS}
 ENGINE_KEYS = {"ready_logged", "crashed", "crash", "cause", "phase", "nccl_versions", "custom_all_reduce",
-               "kv_cache_tokens", "errors", "warnings", "noise", "stuck_lines", "stopping", "reported_args"}
+               "kv_cache_tokens", "max_concurrency", "errors", "warnings", "noise", "stuck_lines", "stopping",
+               "reported_args"}
 NCCL_KEYS = {"transports", "p2p_in_effect", "nvls", "remote_edges", "p2p_reasons_name", "nccl_settings"}
 PROCESS_KEYS = {"engine_processes"}
 
@@ -110,7 +111,8 @@ def test_every_log_reads_as_its_truth(entry):
 def _rules():
     """Every rule of every adapter, as (engine, group, pattern)."""
     for name, rules in engine_adapters.ADAPTERS.items():
-        for group in ("ready_lines", "stop_lines", "stop_noise", "stuck_lines", "kv_cache_tokens", "process_titles"):
+        for group in ("ready_lines", "stop_lines", "stop_noise", "stuck_lines", "kv_cache_tokens", "max_concurrency",
+                      "process_titles"):
             for pattern in rules[group]:
                 yield name, group, pattern
         for group in ("phases", "noise"):

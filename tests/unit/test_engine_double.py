@@ -273,6 +273,18 @@ def test_the_doubles_start_reads_as_its_engine_through_the_same_adapter(engine_d
     assert read["custom_all_reduce"]["state"] == custom_ar
     assert read["nccl_versions"] == ["2.28.9"]
     assert read["kv_cache_tokens"] == int(env.get("DOUBLE_KV_TOKENS", "500000"))
+    tokens = read["kv_cache_tokens"]  # the concurrency it states, in its engine's own terms
+    assert read["max_concurrency"] == (min(4096, tokens // 128) if shape == "sglang" else round(tokens / 8192, 2))
+
+
+@pytest.mark.parametrize("shape", ["sglang", "vllm"])
+def test_the_kv_loss_fault_shrinks_the_kv_cache_its_start_reports(engine_double, shape):
+    from serving_rollout.module_utils import engine_adapters
+
+    double = engine_double({"DOUBLE_SHAPE": shape, "DOUBLE_FAULT": "kv_loss:0.2", "NCCL_P2P_DISABLE": "0"})
+    read = engine_adapters.read_log(shape, double.stop())
+    assert read["kv_cache_tokens"] == 400000 and read["phase"] == "ready" and not read["crashed"], read
+    assert read["max_concurrency"] == (3125 if shape == "sglang" else 48.83)
 
 
 @pytest.mark.parametrize("fault, crash, cause", [

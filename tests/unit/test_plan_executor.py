@@ -109,3 +109,14 @@ def test_skip_dependents_runs_what_does_not_depend_on_the_failure(tmp_path):
     assert [c for c, _ in both_fail.calls] == ["p2p", "cumem"]
     assert doc["candidates"][2]["status"] == "skipped" and "depends on a transport candidate" in \
         doc["candidates"][2]["reason"]
+
+
+def test_a_plan_entry_that_accepts_a_kv_loss_says_so_to_its_run_only(tmp_path):
+    path = write_plan(tmp_path, ["p2p", "cumem"])
+    plan = json.loads(path.read_text())
+    plan["ordered_candidates"][1]["accept_kv_loss"] = True  # cuMem's buffers take memory: a known cost
+    path.write_text(json.dumps(plan))
+    runs = Runs({"p2p": "acceptable", "cumem": "acceptable"})
+    run(tmp_path, path, runs)
+    assert [(c, extravars.get("rollout_kv_loss_accepted")) for c, extravars in runs.calls] == [
+        ("p2p", None), ("cumem", True)]

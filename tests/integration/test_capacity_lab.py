@@ -1,0 +1,46 @@
+"""KV capacity per arm on the lab host: a candidate twice as fast whose KV cache holds a fifth fewer
+tokens (the double's kv_loss fault, reported in its engine's own start-up line) is a reject, named
+beside its latency verdict in the decision and the card; the original restored and proven."""
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
+
+FAULT = "/etc/engine-double/faults/sglang-candidate.service"
+
+
+def lab(*command, check=True):
+    return subprocess.run(["podman", "exec", LAB_HOST, *command], capture_output=True, text=True, check=check)
+
+
+def test_a_faster_candidate_that_loses_kv_capacity_is_rejected_with_the_figures():
+    before = lab("systemctl", "show", "-p", "InvocationID", "--value", "sglang.service").stdout.strip()
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5,kv_loss:0.2 > {FAULT}")
+    evidence = tempfile.mkdtemp(prefix="capacity-")
+    try:
+        result = run_playbook("candidate.yml", {
+            "rollout_evidence_dir": evidence, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}],
+            "rollout_cell_requests": 8, **CPU_SHARED_WITH_OTHER_JOBS}, inventory="inventory/lab", local=False)
+    finally:
+        lab("rm", "-f", FAULT, check=False)
+    assert result.returncode == 0, result.stdout[-4000:]
+    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    # The latency verdict alone would promote it: the candidate is twice as fast.
+    latency = json.loads((run / "ab-verdict.json").read_text())["decision"]
+    assert latency["decision"] == "acceptable", latency
+    decision = json.loads((run / "decision.json").read_text())
+    kv = decision["kv_capacity"]
+    assert decision["verdict"] == "reject" and not decision["promotion_allowed"], decision
+    assert kv["verdict"] == "lost" and kv["baseline_tokens"] == 500000 and kv["candidate_tokens"] == 400000, kv
+    # The concurrency each engine stated at start (SGLang's max_running_requests) falls with it.
+    assert kv["max_concurrency"] == {"baseline-1": 3906, "candidate": 3125, "baseline-2": 3906}, kv
+    card = (run / "result-card.md").read_text()
+    assert "KV capacity lost: 400000 tokens against the baseline's 500000 (-20.0%; limit -5%)" in card, card
+    assert "Concurrency the engine states: baseline-1 3906, candidate 3125, baseline-2 3906." in card
+    after = lab("systemctl", "show", "-p", "InvocationID,ActiveState", "sglang.service").stdout
+    assert "ActiveState=active" in after and before not in after, after
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert Path(run, "capacity.json").exists()
