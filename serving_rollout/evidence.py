@@ -70,7 +70,22 @@ def decision_record(run):
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
-            "kv_capacity": kv}
+            "kv_capacity": kv, "single_stream_decode_tps": single_stream_decode(run)}
+
+
+def single_stream_decode(run):
+    """{cell: {arm: median decode tokens/s}} of the cells run one request at a time (the figure an
+    operator quotes for a server's speed), from the requests that answered; {} when none ran."""
+    out = {}
+    for arm, cells in load(run, "cells.json", {}).get("arms", {}).items():
+        for cell in cells:
+            rates = sorted(r["decode_tps"] for r in cell.get("requests", [])
+                           if r.get("error") is None and r.get("decode_tps"))
+            if cell.get("concurrency", 1) == 1 and rates:
+                middle = len(rates) // 2
+                median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+                out.setdefault(cell["name"], {})[arm] = round(median, 1)
+    return out
 
 
 def kv_capacity(run):
@@ -217,6 +232,10 @@ def render_card(run):
     if decision.get("requests_per_arm"):
         spent = ", ".join(f"{arm} {n}" for arm, n in decision["requests_per_arm"].items())
         lines += [f"Requests spent per arm: {spent}.", ""]
+    if decision.get("single_stream_decode_tps"):
+        lines += ["Single-stream decode (median tokens/s per arm): " + "; ".join(
+            f"{cell} " + ", ".join(f"{arm} {rate:g}" for arm, rate in arms.items())
+            for cell, arms in decision["single_stream_decode_tps"].items()) + ".", ""]
     if decision.get("kv_capacity"):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)

@@ -40,6 +40,10 @@ def test_a_faster_candidate_that_loses_kv_capacity_is_rejected_with_the_figures(
     card = (run / "result-card.md").read_text()
     assert "KV capacity lost: 400000 tokens against the baseline's 500000 (-20.0%; limit -5%)" in card, card
     assert "Concurrency the engine states: baseline-1 3906, candidate 3125, baseline-2 3906." in card
+    # The handoff's metric beside it: single-stream decode tokens/s per arm (the double decodes faster too).
+    rates = decision["single_stream_decode_tps"]["1k"]
+    assert set(rates) == {"baseline-1", "candidate", "baseline-2"} and rates["candidate"] > rates["baseline-1"], rates
+    assert "Single-stream decode (median tokens/s per arm): 1k baseline-1 " in card
     after = lab("systemctl", "show", "-p", "InvocationID,ActiveState", "sglang.service").stdout
     assert "ActiveState=active" in after and before not in after, after
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1

@@ -65,3 +65,17 @@ def test_an_accepted_kv_loss_keeps_the_latency_verdict_and_says_so(tmp_path):
     record = evidence.decision_record(run_dir(tmp_path, accepted=True))
     assert record["verdict"] == "acceptable" and record["promotion_allowed"]
     assert "accepted: rollout_kv_loss_accepted" in record["reasons"][-1]
+
+
+def test_single_stream_decode_is_the_median_per_arm_of_the_concurrency_1_cells(tmp_path):
+    def cell(name, rates, concurrency=1):
+        return {"name": name, "concurrency": concurrency,
+                "requests": [{"decode_tps": r, "error": None} for r in rates] + [{"decode_tps": None, "error": "x"}]}
+
+    run = run_dir(tmp_path, accepted=False)
+    (run / "cells.json").write_text(json.dumps({"arms": {
+        "baseline-1": [cell("1k", [100.0, 110.0, 120.0]), cell("c8", [50.0], concurrency=8)],
+        "candidate": [cell("1k", [130.0, 140.0]), cell("c8", [60.0], concurrency=8)]}}))
+    record = evidence.decision_record(run)
+    assert record["single_stream_decode_tps"] == {"1k": {"baseline-1": 110.0, "candidate": 135.0}}
+    jsonschema.validate(record, json.loads((REPO / "schemas" / "decision.schema.json").read_text()))
