@@ -71,11 +71,15 @@ def summary(cell):
     for a finished cell (its sequential look, re-measured chunks and remaining disturbance named)."""
     answered = [r for r in cell["requests"] if r.get("error") is None]
     parts = [f"n={len(cell['requests'])}"]
+
+    def median_of(key, scale=1.0, unit=""):
+        # a request that answered may still lack a figure (no token streamed before its end)
+        values = [r[key] for r in answered if isinstance(r.get(key), int | float) and r[key]]
+        return f"{statistics.median(values) * scale:.{1 if unit else 0}f}{unit}" if values else "n/a"
+
     if answered:
-        prompt = [r["prompt_tokens"] for r in answered if r.get("prompt_tokens")]
-        parts += [f"median TTFT {statistics.median(r['ttft_s'] for r in answered) * 1000:.1f} ms",
-                  f"median E2E {statistics.median(r['e2e_s'] for r in answered) * 1000:.1f} ms",
-                  f"prompt tokens {int(statistics.median(prompt))}" if prompt else "prompt tokens n/a"]
+        parts += [f"median TTFT {median_of('ttft_s', 1000, ' ms')}", f"median E2E {median_of('e2e_s', 1000, ' ms')}",
+                  f"prompt tokens {median_of('prompt_tokens')}"]
     parts += [f"{cell['failures']} failed", f"{len(cell['contract_violations'])} contract violations"]
     look = cell.get("sequential") or {}
     if look.get("stop"):

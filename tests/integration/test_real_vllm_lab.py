@@ -46,6 +46,10 @@ def vllm_host():
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     on("sh", "-c", "rm -f /var/lib/serving-rollout/vllm.service.lock; systemctl stop vllm-candidate.service; "
                    "rm -f /etc/systemd/system/vllm-candidate.service; systemctl daemon-reload", check=False)
+    # The lab's provisioning is the operator's edit of the original (the TP 2 test leaves TP 2 behind,
+    # vllm-up.sh puts TP 1 back): adopt it as the restore recipe, as an operator does (renew.yml).
+    renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
+    assert renew.returncode == 0, renew.stdout[-3000:]
     yield
 
 
@@ -188,12 +192,15 @@ def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_st
 def test_tp2_on_cpu_a_multi_rank_real_engine_is_adopted_rolled_out_and_restored(vllm_host):
     """TP 2 once (slow: three starts of a two-rank engine): the TP fact, the readiness of a multi-process
     engine and the wait for free devices over its rank workers (VLLM::Worker_TP*) meet real vLLM.
-    Last in this file: it leaves the host at TP 2 (the next vllm-up.sh provisions TP 1 again)."""
+    Last in this file: it leaves the host at TP 2 (the next vllm-up.sh provisions TP 1, which the fixture renews)."""
     provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_tp_size": 2}, inventory="inventory/lab-vllm",
                              local=False, timeout=1500)
     assert provision.returncode == 0, provision.stdout[-3000:]
     workers = on("pgrep", "-a", "-f", "VLLM::Worker_TP").stdout.splitlines()
     assert len(workers) == 2, workers  # one process per rank, titled by vLLM itself
+    # An intended edit of the original (TP 1 -> 2): the rollout refuses it until it is adopted.
+    renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
+    assert renew.returncode == 0, renew.stdout[-3000:]
     before, before_hash = identity()
     evidence = tempfile.mkdtemp(prefix="real-vllm-tp2-")
     result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, **SCHEDULER,

@@ -168,6 +168,9 @@ def test_an_arms_cell_size_summary_and_go_on_reasons():
     assert summary(cell) == ("n=3, median TTFT 200.0 ms, median E2E 2000.0 ms, prompt tokens 1002, 1 failed, "
                              "0 contract violations, stopped at look 1 of 3 (verdict clear), 1 chunk(s) re-measured, "
                              "still disturbed: host CPU busy 5% vs 90%")
+    # A request that answered without a first token (nothing streamed) has no TTFT: the others' median.
+    cell["requests"].append({"ttft_s": None, "e2e_s": 2.0, "prompt_tokens": 1002, "error": None})
+    assert summary(cell).startswith("n=4, median TTFT 200.0 ms, median E2E 2000.0 ms, prompt tokens 1002, 1 failed")
     assert lock_lost({"held": True}) is None
     assert lock_lost({"held": False, "lock": {"holder": "root@c pid 9", "run_id": "r2"}}) == (
         "the lock was taken over by root@c pid 9 (run r2); this run stops measuring")
