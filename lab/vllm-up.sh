@@ -11,16 +11,19 @@ cache=${SERVING_ROLLOUT_CACHE:-$HOME/.cache/serving-rollout}
 "$here/vllm/install.sh" "$cache"
 version=$(cat "$here/vllm/VERSION")
 export CONTAINERS_CONF="$here/containers.conf"
-# The lab image plus what vLLM's CPU kernels link (libnuma1) and curl: built once from the lab image.
+# The lab image plus what vLLM's CPU build needs: libnuma1 (its kernels link it), g++ and Python's headers
+# and openssl (at TP 2 torch's inductor compiles a kernel on the first request; without them the engine core
+# dies: "InvalidCxxCompiler: No working C++ compiler found") and curl. Built once; the tag names the packages.
 "$here/build-image.sh"
-image=localhost/serving-rollout-lab:bookworm-ssh-podman-vllm
+packages="libnuma1 curl g++ python3-dev openssl"
+image=localhost/serving-rollout-lab:bookworm-ssh-podman-vllm-$(echo "$packages" | sha256sum | cut -c1-8)
 if ! podman image exists "$image"; then
-  echo "building $image (libnuma1 for vLLM's CPU kernels; once)"
+  echo "building $image ($packages for vLLM's CPU build; once)"
   builder="serving-rollout-lab-vllm-build-$$"
   podman rm -f "$builder" >/dev/null 2>&1 || true
-  podman run --name "$builder" localhost/serving-rollout-lab:bookworm-ssh-podman sh -c 'apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma1 curl >/dev/null &&
-    rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*'
+  podman run --name "$builder" localhost/serving-rollout-lab:bookworm-ssh-podman sh -c "apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null &&
+    rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*"
   podman commit --quiet --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$builder" "$image" >/dev/null
   podman rm -f "$builder" >/dev/null
 fi

@@ -59,6 +59,13 @@ def _read_sse(response, started, result):
             result["error"] = f"stream chunk is not JSON: {data[:200]!r}"
             return
         result["chunks"] += 1
+        if isinstance(chunk.get("error"), dict):
+            # vLLM's (and SGLang's) error inside an open stream (HTTP was already 200), then [DONE]:
+            # {"error": {"message", "type", "code"}} - a failed request, never an answer without text
+            error = chunk["error"]
+            result["error"] = f"error in the stream: {error.get('type')} {error.get('code')}: " \
+                              f"{str(error.get('message'))[:300]}"
+            continue
         if chunk.get("usage"):
             result["usage"] = chunk["usage"]
         for choice in chunk.get("choices") or []:

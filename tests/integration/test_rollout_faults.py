@@ -512,6 +512,34 @@ def test_bad_cell_settings_are_refused_before_any_change(lab_baseline, extra, na
     assert lab("test", "-e", LOCK, check=False).returncode == 1
 
 
+def test_an_original_that_fails_its_own_first_bracket_is_never_swapped_out(lab_baseline):
+    """The lab's real vLLM at TP 2 died on its first long prompt (its engine core, under a healthy /health):
+    the original's own cells failing is a stop before any change, never a candidate run against it."""
+    original_fault = "/etc/engine-double/faults/sglang.service"
+    ready = ("for i in $(seq 120); do python3 -c 'import urllib.request as u; "
+             "u.urlopen(\"http://127.0.0.1:30000/health\")' 2>/dev/null && exit 0; sleep 0.5; done; exit 1")
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo fail_requests > {original_fault}")
+    lab("systemctl", "restart", "sglang.service")
+    try:
+        lab("sh", "-c", ready)
+        before = show()["InvocationID"]
+        result = rollout()
+        after = show()["InvocationID"]
+    finally:
+        lab("rm", "-f", original_fault)
+        lab("systemctl", "restart", "sglang.service")
+        lab("sh", "-c", ready)
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert "stopped before any change; the original sglang.service was not touched; cause:" in message, message[-3000:]
+    assert "the original sglang.service failed requests in its own first bracket (1k: failed 2)" in message, \
+        message[-3000:]
+    assert "first error: HTTP 500" in message and "Nothing was changed: fix the original first" in message
+    assert after == before  # never stopped
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+
+
 def test_failed_preflight_stops_before_any_change_and_releases_the_lock(lab_baseline):
     expected = {"model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "tp_size": 4}
     result = rollout(rollout_expected=expected)

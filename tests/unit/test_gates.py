@@ -81,6 +81,16 @@ class Misbehaving(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b'data: {"choices": [{"delta": {"content": "hel"}}]}\n\n')
             return
+        if self.mode == "error_in_stream":
+            # What the lab's real vLLM (0.32 CPU, TP 2) streamed when its engine core died mid-request:
+            # the role chunk, then its error response as an event, then [DONE], all under HTTP 200.
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n'
+                             b'data: {"error": {"message": "EngineCore encountered an issue. See stack trace '
+                             b'(above) for the root cause.", "type": "InternalServerError", "param": null, '
+                             b'"code": 500}}\n\ndata: [DONE]\n\n')
+            return
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(b"<html>gateway error</html>")
@@ -115,6 +125,15 @@ def test_truncated_stream_is_a_failed_gate(misbehaving):
 
     record = run_gate("smoke", options(misbehaving("truncated"), chat=streaming_chat))
     assert record["verdict"] == "fail" and "truncated" in record["reason"]
+
+
+def test_an_error_inside_a_stream_is_a_failed_request_never_an_empty_answer(misbehaving):
+    from ansible.module_utils.engine_client import chat
+
+    result = chat(misbehaving("error_in_stream"), {"messages": [], "stream": True})
+    assert not result["ok"] and result["ttft_s"] is None, result
+    assert result["error"] == ("error in the stream: InternalServerError 500: EngineCore encountered an issue. "
+                               "See stack trace (above) for the root cause.")
 
 
 def test_time_out_is_a_failed_gate(misbehaving):
