@@ -22,6 +22,7 @@ import hmac
 import json
 import os
 import secrets
+import statistics
 import sys
 from pathlib import Path
 
@@ -79,12 +80,10 @@ def single_stream_decode(run):
     out = {}
     for arm, cells in load(run, "cells.json", {}).get("arms", {}).items():
         for cell in cells:
-            rates = sorted(r["decode_tps"] for r in cell.get("requests", [])
-                           if r.get("error") is None and r.get("decode_tps"))
+            rates = [r["decode_tps"] for r in cell.get("requests", [])
+                     if r.get("error") is None and r.get("decode_tps")]
             if cell.get("concurrency", 1) == 1 and rates:
-                middle = len(rates) // 2
-                median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
-                out.setdefault(cell["name"], {})[arm] = round(median, 1)
+                out.setdefault(cell["name"], {})[arm] = round(statistics.median(rates), 1)
     return out
 
 
@@ -95,8 +94,8 @@ def kv_capacity(run):
     if not record:
         return None
     policy = record.get("policy") or {}
-    return capacity.kv_judgement(record.get("arms"), float(policy.get("kv_max_loss", 0.05)),
-                                 bool(policy.get("kv_loss_accepted")))
+    limit = {"max_loss": float(policy["kv_max_loss"])} if "kv_max_loss" in policy else {}
+    return capacity.kv_judgement(record.get("arms"), accepted=bool(policy.get("kv_loss_accepted")), **limit)
 
 
 def requests_per_arm(run):

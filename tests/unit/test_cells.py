@@ -183,3 +183,20 @@ def test_an_arms_cell_size_summary_and_go_on_reasons():
         "NRestarts 0 -> 1, InvocationID abcdef012345 -> ffff")
     assert engine_changed(ready, {"ActiveState": "active", "MainPID": 77, "InvocationID": "99",
                                   "NRestarts": 1}).startswith("the candidate engine restarted during the cells")
+
+
+def test_the_go_on_filters_give_the_actions_reasons_and_refuse_what_is_not_a_result():
+    from ansible.errors import AnsibleFilterError
+    from arm_filters import engine_changed, lock_lost
+
+    assert lock_lost({"held": True}) is None
+    assert lock_lost({"held": False}) == "the lock was taken over by nobody (it was removed) (run none); " \
+        "this run stops measuring"
+    ready = {"MainPID": 41, "InvocationID": "abc", "NRestarts": 0}
+    assert engine_changed(dict(ready, ActiveState="active"), ready) is None
+    exited = engine_changed(dict(ready, ActiveState="failed", MainPID=0), ready, "last cell")
+    assert exited.startswith("the candidate engine exited during the last cell: ActiveState failed, MainPID 41 -> 0")
+    with pytest.raises(AnsibleFilterError, match="lock_lost needs a rollout_lock result, got None"):
+        lock_lost(None)
+    with pytest.raises(AnsibleFilterError, match="engine_changed needs systemd's status"):
+        engine_changed("active", ready)
