@@ -502,6 +502,7 @@ def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
      "rollout_cells names ['4k', '4k']"),
     ({"rollout_cells": [{"name": "4k; rm", "prompt_tokens": 40}]}, "bad cell {'name': '4k; rm'"),
     ({"rollout_bracket_requests": 1}, "rollout_bracket_requests=1 (at least 2 in a sequential cell)"),
+    ({"rollout_kv_max_loss": 1.5}, "bad rollout_kv_max_loss=1.5: a fraction from 0 to below 1"),
 ])
 def test_bad_cell_settings_are_refused_before_any_change(lab_baseline, extra, named):
     result = rollout(**extra)
