@@ -67,6 +67,13 @@ options:
       dump (vLLM's C(non-default args), SGLang's C(server_args)) shows it at the value.
     type: dict
     default: {}
+  proof:
+    description: >-
+      How the engine proves the change (serving_recipe's C(selected.proof), from the controls
+      catalog, module_utils/controls.py); the scan then adds C(proof) ({kind, proven, expected,
+      saw}: what the engine said instead when not proven).
+    type: dict
+    default: {}
 author: serving-rollout
 """
 
@@ -87,7 +94,8 @@ scan:
     custom_all_reduce_evidence, kv_cache_tokens, max_concurrency (the concurrency the engine states once its
     KV cache is sized), ready_after_s (first line to the first ready line), excerpt;
     collectives ({backend: nccl, gloo or None, evidence: the line});
-    arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument.
+    arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument;
+    proof ({kind, proven, expected, saw}) when a proof is given.
   type: dict
   returned: always
 """
@@ -95,6 +103,7 @@ scan:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.controls import ControlError, prove
 from ansible.module_utils.engine_adapters import arg_effect, collectives, read_log, ready_after_s
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
@@ -111,6 +120,16 @@ def proven_arg(engine, text, change):
             effect["why"] = f"{engine} reports another value of {effect['key']}"
         effect.update({k: REDACTED for k in ("expected", "reported") if effect[k] is not None})
     return effect
+
+
+def shown_proof(proof, change):
+    """A proof as evidence may show it: a value off the allow-list never appears."""
+    name = change.get("name") or ""
+    public = is_public_flag(name) if change.get("kind") == "arg" else True  # env: the line is NCCL's, redacted already
+    if not public and change.get("value") not in (None, True):
+        value = str(change["value"])
+        proof = {k: v.replace(value, REDACTED) if isinstance(v, str) else v for k, v in proof.items()}
+    return proof
 
 
 def judge(engine, lines, known=(), stop_requested=False, extra=()):
@@ -156,6 +175,7 @@ def main():
             "env_files": {"type": "list", "elements": "path", "default": []},
             "excerpt_lines": {"type": "int", "default": 60},
             "change": {"type": "dict", "default": {}},
+            "proof": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -193,6 +213,11 @@ def main():
                 ready_after_s=ready_after_s(p["engine"], stamped))
     if p["change"].get("kind") == "arg":
         scan["arg_effect"] = proven_arg(p["engine"], "\n".join(lines), p["change"])
+    if p["proof"]:
+        try:
+            scan["proof"] = shown_proof(prove(p["proof"], p["change"], p["engine"], "\n".join(lines), scan), p["change"])
+        except ControlError as exc:
+            module.fail_json(msg=str(exc))
     module.exit_json(changed=False, scan=scan)
 
 

@@ -131,6 +131,8 @@ SGLANG = {
                     "max_running_requests={max_concurrency}, context_len={context}",
         "cuda-graph-capture": "[{time} TP0] Capture cuda graph begin. This can take up to several minutes.",
         "cuda-graph-captured": "[{time} TP0] Capture cuda graph end. Time elapsed: 2.19 s",
+        # sgl-project/sglang#27948 (the corpus): a capture that fails ends the scheduler with this line
+        "cuda-graph-failed": "Exception: Capture cuda graph failed: {cause}",
         "custom-all-reduce-enabled": "[{time} TP0] Registering {n} cuda graph addresses",
         "custom-all-reduce-disabled": "[{time} TP0] Custom allreduce is disabled because {reason}",
         "http-starting": "[{time}] INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)",
@@ -205,8 +207,12 @@ VLLM = {
                                      "Registering {n} cuda graph addresses",
         "custom-all-reduce-disabled": "(VllmWorker TP0 pid={pid}) WARNING {time} [custom_all_reduce.py:136] "
                                       "Custom allreduce is disabled because {reason}",
+        "cuda-graph-capture": "(VllmWorker TP0 pid={pid}) INFO {time} [gpu_model_runner.py:3400] "
+                              "Capturing CUDA graphs (decode, FULL): 0%",
         "cuda-graph-captured": "(VllmWorker TP0 pid={pid}) INFO {time} [gpu_model_runner.py:3480] "
                                "Graph capturing finished in 7 secs, took 0.95 GiB",
+        # vllm-project/vllm#7201 (the corpus): the worker's exception under torch's rank prefix
+        "cuda-graph-failed": "[rank0]: RuntimeError: {cause}",
         "warmup-done": "(EngineCore_DP0 pid={pid}) INFO {time} [core.py:210] init engine (profile, create kv cache, "
                        "warmup model) took 25.99 seconds",
         "http-starting": "(APIServer pid={pid}) INFO {time} [api_server.py:1912] Starting vLLM API server 0 on "

@@ -11,6 +11,7 @@ so a candidate never copies one.
 import re
 import shlex
 
+from .controls import public_flags
 from .unit_launchers import classify
 
 # What makes a name secret; journal_scan builds its log-line pattern from the same words.
@@ -30,8 +31,8 @@ RUNTIME_VALUE_OPTS = {
     "--hostname", "-h", "--stop-timeout", "--stop-signal", "--health-cmd", "--add-host", "--tmpfs",
     "--cgroupns", "--pid", "--platform",
 }
-HELD = ("engine", "runtime", "image", "model", "revision", "tp_size", "context_length", "gpus",
-        "concurrency")
+# What a candidate must run the same as its original (max concurrency is a control: the catalog's max-num-seqs).
+HELD = ("engine", "runtime", "image", "model", "revision", "tp_size", "context_length", "gpus")
 ENGINE_ARG_ALIASES = {
     "model": ("--model-path", "--model"),
     "revision": ("--revision",),
@@ -66,6 +67,7 @@ PUBLIC_FLAGS = {
     "--pid", "--cgroupns", "--platform", "-t", "--time",
 }
 PUBLIC_FLAG_PREFIXES = ("--speculative-", "--enable-", "--disable-")
+CATALOG_FLAGS = public_flags()
 
 
 class RecipeError(ValueError):
@@ -183,7 +185,8 @@ def is_public_name(name):
 
 
 def is_public_flag(flag):
-    return flag in PUBLIC_FLAGS or str(flag).startswith(PUBLIC_FLAG_PREFIXES)
+    """A flag whose value evidence may show: the allow-list and every flag the controls catalog sets."""
+    return flag in PUBLIC_FLAGS or flag in CATALOG_FLAGS or str(flag).startswith(PUBLIC_FLAG_PREFIXES)
 
 
 def shown(name, value):
@@ -462,7 +465,7 @@ def controls(recipe):
     for flag, val in recipe["engine_args"].items():
         if flag.startswith("--speculative-"):
             speculative[flag] = val
-        elif not any(flag in flags for flags in ENGINE_ARG_ALIASES.values()):
+        elif not any(flag in flags for field, flags in ENGINE_ARG_ALIASES.items() if field in HELD):
             out[f"arg:{flag}"] = val
     if speculative:
         out["speculative"] = speculative
@@ -625,6 +628,12 @@ def apply_change(sections, recipe, change, keep_identity=False):
                               f"ExecStart= or change it where ${held} is set")
         command = _set_engine_arg(command, name, value)
     else:
+        held = sorted(f for f in (recipe.get("held_flags") or {}) if f.startswith("--speculative-"))
+        if held:
+            raise RecipeError(f"{', '.join(held)} is not written in ExecStart=: systemd brings it in from "
+                              f"${recipe['held_flags'][held[0]]} (the unit's environment); the tool changes "
+                              "speculative flags written in the unit, so move them into ExecStart= or change them "
+                              "where that variable is set")
         for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
             command = _set_engine_arg(command, flag, None)
         for flag, val in (value or {}).items():

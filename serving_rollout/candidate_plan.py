@@ -5,6 +5,8 @@ executor (serving_rollout/plan.py) both use it."""
 import json
 from pathlib import Path
 
+from serving_rollout.module_utils import controls
+
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "candidate-plan.schema.json"
 
 class PlanError(ValueError):
@@ -12,19 +14,8 @@ class PlanError(ValueError):
 
 
 PLAN_SCHEMA = "anvil-serving.followup-candidate-plan/v1"
-# Known candidate ids -> the one control each changes, and the evidence each needs first.
-KNOWN = {
-    "p2p": {"requires": ["capture", "peer_path"]},
-    "cumem": {"requires": ["capture"]},
-    "custom-all-reduce": {"requires": ["peer_path"]},
-    "scheduler-and-speculation": {"requires": ["transport_stable"]},
-    "custom": {"requires": []},
-}
-EVIDENCE_TEXT = {
-    "capture": "a capture of the host's IOMMU/ACS/NVML/NCCL facts (capture.yml)",
-    "peer_path": "a peer-path proof with verdict ok (peer-path.yml)",
-    "transport_stable": "a transport candidate decided and stable (serving_recipe_evidence.transport_stable)",
-}
+# What each control is, sets, proves and needs first lives in the catalog (module_utils/controls.py).
+EVIDENCE_TEXT = controls.EVIDENCE
 
 
 def _path(error):
@@ -65,45 +56,42 @@ def candidate_plan_errors(plan):
     return errors
 
 
-def _change_for(candidate_id, custom, p2p_mode):
-    if candidate_id == "p2p":
-        if p2p_mode not in ("set0", "drop"):
-            raise PlanError(f"p2p_mode must be set0 or drop, got {p2p_mode!r}")
-        return {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0" if p2p_mode == "set0" else None}
-    if candidate_id == "cumem":
-        return {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None}
-    if candidate_id == "custom-all-reduce":
-        return {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None}
-    if candidate_id == "scheduler-and-speculation":
-        if set(custom) == {"chunked_prefill_size"}:
-            return {"kind": "arg", "name": "--chunked-prefill-size", "value": str(custom["chunked_prefill_size"])}
-        if set(custom) == {"speculative"} and isinstance(custom["speculative"], dict):
-            return {"kind": "speculative", "value": custom["speculative"]}
-        raise PlanError("scheduler-and-speculation needs exactly one of {chunked_prefill_size: N} "
-                                 f"or {{speculative: {{--speculative-*: value}}}}, got {custom!r}")
-    # custom: the operator declares one control
-    if not isinstance(custom, dict) or custom.get("kind") not in ("env", "arg", "speculative") \
-            or (custom["kind"] != "speculative" and not custom.get("name")) or "value" not in custom:
-        raise PlanError(f"a custom candidate needs {{kind: env|arg|speculative, name, value}}, got {custom!r}")
-    return {k: custom[k] for k in ("kind", "name", "value") if k in custom}
+def _evidence_met(need, evidence):
+    return evidence.get(need) == "ok" if need == "peer_path" else bool(evidence.get(need))
 
 
-def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="set0"):
-    """The control change for a plan's candidate, after its prerequisites are met by evidence."""
+def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="set0", engine=None, value=None):
+    """The selected candidate: its catalog control's change for this engine, the proof the
+    engine must show, and the plan's entry, after the control's prerequisites are met by evidence.
+    A catalog id runs whether or not the plan lists it (the plan's entry is recorded when it
+    does); `custom` needs its declared change and proof."""
     errors = candidate_plan_errors(plan)
     if errors:
         raise PlanError("malformed candidate plan: " + "; ".join(errors))
-    ids = [c["id"] for c in plan["ordered_candidates"]]
-    if candidate_id not in KNOWN or (candidate_id != "custom" and candidate_id not in ids):
-        valid = sorted(i for i in ids if i in KNOWN) + ["custom"]
-        raise PlanError(f"unknown candidate id {candidate_id!r}; valid ids: {', '.join(valid)}")
+    if candidate_id != controls.CUSTOM and candidate_id not in controls.BY_ID:
+        listed = [c["id"] for c in plan["ordered_candidates"] if c["id"] in controls.BY_ID]
+        raise PlanError(f"unknown candidate id {candidate_id!r}; the plan's catalog ids: "
+                        f"{', '.join(listed) or 'none'}; "
+                        f"the catalog: {', '.join(controls.ids())}, and custom")
     evidence = evidence or {}
-    missing = [EVIDENCE_TEXT[need] for need in KNOWN[candidate_id]["requires"]
-               if not (evidence.get(need) == "ok" if need == "peer_path" else evidence.get(need))]
+    missing = [EVIDENCE_TEXT[need] for need in controls.requires(candidate_id) if not _evidence_met(need, evidence)]
     if missing:
         raise PlanError(f"candidate {candidate_id!r} needs evidence first: {'; '.join(missing)} "
-                                 f"(evidence seen: {evidence!r})")
-    entry = next((c for c in plan["ordered_candidates"] if c["id"] == candidate_id), {"id": "custom"})
-    return {"id": candidate_id, "change": _change_for(candidate_id, custom or {}, p2p_mode),
+                        f"(evidence seen: {evidence!r})")
+    listed = [c for c in plan["ordered_candidates"] if c["id"] == candidate_id]
+    entry = listed[0] if listed else {"id": candidate_id}
+    try:
+        if candidate_id == controls.CUSTOM:
+            change, proof = controls.custom_change(custom or entry.get("control"))
+        else:
+            # the setting: given for this run, else the plan entry's value, else its control mapping
+            setting = value if value not in (None, "") else entry.get("value", custom or entry.get("control"))
+            change = controls.change_for(candidate_id, engine, setting, p2p_mode)
+            proof = controls.proof_for(candidate_id, change)
+    except controls.ControlError as exc:
+        raise PlanError(str(exc)) from exc
+    return {"id": candidate_id, "change": change, "proof": proof, "group": controls.group(candidate_id),
+            "effect_model": controls.effect_model(candidate_id),
+            "engine": engine, "in_plan": bool(listed),
             "plan_change": entry.get("change"), "gate": entry.get("gate"),
             "prerequisites": entry.get("prerequisites", [])}

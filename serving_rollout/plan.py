@@ -17,41 +17,49 @@ import json
 import time
 from pathlib import Path
 
-from serving_rollout.candidate_plan import EVIDENCE_TEXT, KNOWN, PlanError, candidate_plan_errors
+from serving_rollout.candidate_plan import EVIDENCE_TEXT, PlanError, candidate_plan_errors
+from serving_rollout.module_utils import controls
 
 REPO = Path(__file__).resolve().parent.parent
 
 SCHEMA = "serving-rollout.plan-report/v1"
-TRANSPORT = ("p2p", "cumem", "custom-all-reduce")
-# A candidate that may only run after an earlier one of these was decided acceptable.
-AFTER = {"scheduler-and-speculation": TRANSPORT}
 POLICIES = ("stop", "skip-dependents")
 # A candidate's outcome over its hosts: the worst one decides.
 RANK = ["acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored", "interrupted", "started",
         "not-started"]
 
 
+def _setting(entry):
+    """A plan entry's setting of its control: "value" (a catalog control's value) or "control"."""
+    return entry.get("value", entry.get("control"))
+
+
 def plan_problems(plan):
     """Every reason to refuse a plan before any change: schema errors (with their paths), ids the
-    tool does not know, an order that breaks its own prerequisites, a candidate without the
-    setting it needs."""
+    catalog does not hold, an order that breaks a control's own order (the catalog's "after"), a
+    candidate without the setting it needs or with a bad one, a custom one without its proof."""
     problems = candidate_plan_errors(plan)
     if problems:
         return problems
-    ids = [c["id"] for c in plan["ordered_candidates"]]
     for n, entry in enumerate(plan["ordered_candidates"]):
-        cid = entry["id"]
-        if cid not in KNOWN or cid == "custom":
-            known = ", ".join(k for k in KNOWN if k != "custom")
-            problems.append(f"$.ordered_candidates[{n}].id: {cid!r} is not a candidate the tool knows ({known})")
+        cid, where = entry["id"], f"$.ordered_candidates[{n}]"
+        if cid != controls.CUSTOM and cid not in controls.BY_ID:
+            problems.append(f"{where}.id: {cid!r} is not in the controls catalog ({', '.join(controls.ids())}, custom)")
             continue
-        needs = AFTER.get(cid)
-        if needs and not any(i in needs for i in ids[:n]):
-            problems.append(f"$.ordered_candidates[{n}]: {cid} needs a transport candidate ({', '.join(needs)}) "
-                            "decided before it, and the plan has none earlier")
-        if cid == "scheduler-and-speculation" and not isinstance(entry.get("control"), dict):
-            problems.append(f"$.ordered_candidates[{n}].control: {cid} needs its one setting, "
-                            '{"chunked_prefill_size": N} or {"speculative": {"--speculative-...": V}}')
+        try:
+            if cid == controls.CUSTOM:
+                controls.custom_change(entry.get("control"))
+            else:  # the value rules are the same for every engine; the engine is known only on the host
+                controls.change_for(cid, next(iter(controls.entry(cid).get("set") or {"sglang": None})),
+                                    _setting(entry))
+        except controls.ControlError as exc:
+            problems.append(f"{where}: {exc}")
+        earlier = {controls.group(e["id"]) for e in plan["ordered_candidates"][:n]
+                   if e["id"] == controls.CUSTOM or e["id"] in controls.BY_ID}
+        for needed in controls.after(cid):
+            if needed not in earlier:
+                problems.append(f"{where}: {cid} needs a {needed} candidate decided before it, and the plan has "
+                                "none earlier")
     return problems
 
 
@@ -61,10 +69,10 @@ def worst(outcomes):
 
 def plan_evidence(state, cid):
     """Evidence the plan itself provides: `transport_stable`, met by an earlier transport
-    candidate decided acceptable in this plan for the same originals."""
-    for other in TRANSPORT:
-        entry = state["candidates"].get(other)
-        if other != cid and entry and entry.get("status") == "decided" and entry.get("outcome") == "acceptable":
+    candidate (the catalog's group) decided acceptable in this plan for the same originals."""
+    for other, entry in state["candidates"].items():
+        if other != cid and controls.group(other) == "transport" and entry.get("status") == "decided" \
+                and entry.get("outcome") == "acceptable":
             return {"transport_stable": f"{other} acceptable (run {entry['run_id']})"}
     return {}
 
@@ -82,8 +90,8 @@ def blocked_by(plan, state, cid, policy):
             continue
         if policy == "stop":
             return f"{other} ended {decided.get('outcome')!r} (policy stop)"
-        if other in AFTER.get(cid, ()) and not plan_evidence(state, cid):
-            return f"it depends on a transport candidate and {other} ended {decided.get('outcome')!r}"
+        if controls.group(other) in controls.after(cid) and not plan_evidence(state, cid):
+            return f"it depends on a {controls.group(other)} candidate and {other} ended {decided.get('outcome')!r}"
     return None
 
 
@@ -119,7 +127,7 @@ def report(plan, plan_path, state, policy):
         cid = entry["id"]
         record = state["candidates"].get(cid) or {"status": "not run"}
         rows.append({"id": cid, "change": entry.get("change"), "gate": entry.get("gate"),
-                     "requires": [EVIDENCE_TEXT[r] for r in KNOWN.get(cid, {}).get("requires", [])],
+                     "requires": [EVIDENCE_TEXT[r] for r in controls.requires(cid)],
                      **record})
     order = [r["id"] for r in rows if r.get("outcome") == "acceptable"]
     return {"schema": SCHEMA, "plan": str(plan_path), "plan_sha256": state["plan_sha256"], "policy": policy,
@@ -219,6 +227,8 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
                      "serving_recipe_plan_evidence": plan_evidence(state, cid)}
         if isinstance(entry.get("control"), dict):
             extravars["serving_recipe_custom_change"] = entry["control"]
+        if "value" in entry:
+            extravars["serving_recipe_control_value"] = entry["value"]
         if entry.get("accept_kv_loss") is True:  # the plan accepts fewer KV tokens for this one (recorded)
             extravars["rollout_kv_loss_accepted"] = True
         hosts = run_candidate(cid, run_id, extravars)

@@ -39,6 +39,10 @@ Configuration (environment, all optional):
       drift:F                 latencies grow by fraction F per minute since ready
       straggler[:S]           on stop, leave a child process alive S seconds (default 600)
       ignore_p2p              print SHM transport even when P2P is allowed (no effect)
+      drop_env:NAME           the engine's own start-up removes NAME from its environment before NCCL reads
+                              it (as vLLM's env override does with NCCL_CUMEM_ENABLE): the control does nothing
+      capture_fails_on:NAME=V CUDA-graph capture fails with NCCL's "invalid usage" when the environment has
+                              NAME=V (the 8-GPU PCIe host of domain-notes.md: NCCL_ALGO=Tree)
       fail_requests           answer every completion with HTTP 500
       startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
       ready_after_removed:PATH  not ready while PATH exists (a test holds a run in its
@@ -83,6 +87,10 @@ except ImportError:  # run from the checkout: the installed package
 # SGLang's ready line, without its "[time] " prefix
 READY_LINE = engine_adapters.example("sglang", "ready", time="").split("] ", 1)[1]
 STRAGGLER_NAME = "engine-double-straggler"
+# NCCL parameters whose "set by environment" line NCCL_DEBUG=INFO prints.
+NCCL_PARAMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE",
+               "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE",
+               "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"}
 WORKER_TAG = "engine-double-worker"  # in a straggler's argv, so a process scan can find it
 
 
@@ -306,6 +314,10 @@ class Engine:
 
         for rank in range(ranks):
             say(rank, f"NCCL version {version}+cuda{cuda}")
+            # NCCL_DEBUG=INFO's ENV lines: each parameter NCCL read from the environment (real H200 shape)
+            for name in sorted(NCCL_PARAMS & set(self.env)):
+                if name != self.faults.get("drop_env"):
+                    say(rank, f"{name} set by environment to {self.env[name]}")
         if ranks < 2:
             return
         for rank in range(ranks):
@@ -368,6 +380,12 @@ class Engine:
         if "hang_before_ready" in self.faults:
             self.log("waiting for workers (injected fault: hang_before_ready)")
             return
+        name, _, value = (self.faults.get("capture_fails_on") or "").partition("=")
+        if name and self.env.get(name) == value and name != self.faults.get("drop_env"):
+            # NCCL refuses the collective captured into the graph; the engine dies before it serves
+            self.say("cuda-graph-capture")
+            self.say("cuda-graph-failed", cause="NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)")
+            os._exit(1)
         # A start-up that takes long logs its progress as a real engine's weight loading does (a line a
         # second), so a slow start is told from a hang (hang_before_ready: one line, then nothing).
         startup = float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0"))

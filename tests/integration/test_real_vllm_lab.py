@@ -21,8 +21,11 @@ pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
 HOST = "serving-lab-vllm"
 UNIT = "/etc/systemd/system/vllm.service"
 VERSION = (REPO / "lab" / "vllm" / "VERSION").read_text().strip()
-SCHEDULER = {"serving_recipe_candidate_id": "custom",
-             "serving_recipe_custom_change": {"kind": "arg", "name": "--max-num-batched-tokens", "value": "128"}}
+# vLLM's chunked-prefill token budget (the catalog's chunked-prefill: --max-num-batched-tokens on vLLM)
+SCHEDULER = {"serving_recipe_candidate_id": "chunked-prefill", "serving_recipe_control_value": 128}
+PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [
+    {"id": "chunked-prefill", "value": 128, "change": "prefill budget 128 tokens against vLLM's default",
+     "gate": "smoke and json gates, bracketed cells"}]}
 
 
 def on(*command, check=True):
@@ -90,20 +93,34 @@ def scheduler_run(vllm_host):
     # bin/test's other worker loads this 2-core machine unevenly: the brackets drift by tens of
     # percent, which rightly makes a cell inconclusive under the shipped 5 % limit. This test is about
     # the real engine, not interference (test_interference.py tests that): limits widened here.
-    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, **SCHEDULER)
+    # Through the plan executor, as an operator runs a plan's list one control at a time.
+    plan = Path(evidence) / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    result = subprocess.run([str(REPO / "bin" / "serving-rollout"), "plan", str(plan), "-i", "inventory/lab-vllm",
+                             "--evidence", evidence, "-e",
+                             json.dumps({**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6})],
+                            cwd=REPO, capture_output=True, text=True, timeout=1500)
     runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
     return result, runs, before
 
 
 def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_restored(scheduler_run):
     result, runs, (before, before_hash) = scheduler_run
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert len(runs) == 1, runs
+    assert len(runs) == 1, result.stdout[-4000:] + result.stderr[-2000:]
     run = runs[0]
-    # Proven from vLLM's own configuration dump (its non-default args), not from our rendering.
+    # Proven from vLLM's own configuration dump (its non-default args), not from our rendering; the
+    # catalog chose vLLM's flag for the chunked-prefill control.
     excerpts = json.loads((run / "journal-excerpts.json").read_text())
     effect = excerpts["candidate"]["arg_effect"]
     assert effect["proven"] and effect["reported"] == 128 and effect["key"] == "max_num_batched_tokens", effect
+    assert excerpts["candidate"]["proof"] == {"kind": "engine_arg", "proven": True, "saw": "",
+                                              "expected": "max_num_batched_tokens='128' in the engine's "
+                                                          "configuration dump"}, excerpts["candidate"]["proof"]
+    # The plan executor's report: the candidate decided, and a rejected one is not recommended.
+    report = json.loads(next(Path(run).parents[1].glob("plan-*/report.json")).read_text())
+    assert [(c["id"], c["status"], c["outcome"]) for c in report["candidates"]] == \
+        [("chunked-prefill", "decided", "not acceptable")], report["candidates"]
+    assert report["recommended_promotion_order"] == []
     assert excerpts["candidate"]["collectives"]["backend"] == "gloo"
     # A 128-token prefill budget against vLLM's default slows a ~2900-token prompt's first token by
     # half again or more on this CPU: the decision must follow that true effect.
@@ -217,7 +234,8 @@ def test_tp2_on_cpu_a_multi_rank_real_engine_is_adopted_rolled_out_and_restored(
     assert renew.returncode == 0, renew.stdout[-3000:]
     before, before_hash = identity()
     evidence = tempfile.mkdtemp(prefix="real-vllm-tp2-")
-    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, **SCHEDULER,
+    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6},
+                     **SCHEDULER,
                      serving_expected={"model": "/srv/models/tiny-llama", "tp_size": 2, "context_length": 8192},
                      rollout_cell_requests=4)
     assert result.returncode == 0, result.stdout[-4000:]

@@ -94,7 +94,8 @@ def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
     ("fail_at_start", "cause: RuntimeError: injected fault: fail_at_start"),
     ("crash_after:1", "gate json failed (candidate)"),
     ("ignore_p2p",
-     "no effect: nccl_p2p not seen in the candidate's log; NCCL transport ['0<->1: SHM both directions']"),
+     "no effect: p2p (nccl_p2p): expected NCCL P2P both directions on every rank pair, no SHM; the engine showed "
+     "NCCL transport ['0<->1: SHM both directions']"),
     ("fail_requests", "gate smoke failed (candidate): HTTP 500"),
 ])
 def test_candidate_faults_restore_the_original_and_name_the_cause(lab_baseline, fault, cause):

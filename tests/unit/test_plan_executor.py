@@ -42,10 +42,11 @@ def run(tmp_path, path, runs, originals=None, policy="stop"):
 
 
 @pytest.mark.parametrize("ids, controls, problem", [
-    (["p2p", "nvlink-magic"], None, "$.ordered_candidates[1].id: 'nvlink-magic' is not a candidate the tool knows"),
+    (["p2p", "nvlink-magic"], None, "$.ordered_candidates[1].id: 'nvlink-magic' is not in the controls catalog"),
     (["scheduler-and-speculation", "p2p"], {"scheduler-and-speculation": {"chunked_prefill_size": 4096}},
      "$.ordered_candidates[0]: scheduler-and-speculation needs a transport candidate"),
-    (["p2p", "scheduler-and-speculation"], None, "$.ordered_candidates[1].control: scheduler-and-speculation needs"),
+    (["p2p", "scheduler-and-speculation"], None,
+     "$.ordered_candidates[1]: scheduler-and-speculation needs exactly one of"),
     (["p2p", "p2p"], None, "$.ordered_candidates[1].id: duplicate id 'p2p'"),
 ])
 def test_plans_are_refused_before_any_change_naming_why(tmp_path, ids, controls, problem):

@@ -1,0 +1,387 @@
+"""The catalog of controls: every control the tool can change on a serving unit, one entry each.
+
+An entry says what the control is; how each engine sets it (an environment variable or an engine
+flag, with the value a plan gives, or removed); the engine's default; how the engine's own start-up
+output PROVES the candidate runs with it; the evidence it needs first; the candidates it must come
+after; and its expected-effect model where one exists. Everything else reads this: the plan's
+selection (serving_rollout.candidate_plan), the plan executor (serving_rollout.plan), the rollout's
+proof step (journal_scan -> prove), the allow-list of values evidence may show, and the README table
+(a test keeps it equal to `table()`). Adding a control is one entry here plus its tests.
+
+Pure: shipped to hosts as ansible.module_utils.controls and imported on the controller as
+serving_rollout.module_utils.controls.
+"""
+
+import json
+import re
+
+from .engine_adapters import arg_effect, reported_args
+
+ENGINES = ("sglang", "vllm")
+# Evidence a control may need before it runs, and where it comes from.
+EVIDENCE = {
+    "capture": "a capture of the host's IOMMU/ACS/NVML/NCCL facts (capture.yml)",
+    "peer_path": "a peer-path proof with verdict ok (peer-path.yml)",
+    "transport_stable": "a transport candidate decided and stable (serving_recipe_evidence.transport_stable)",
+}
+# NCCL's list syntax for NCCL_ALGO/NCCL_PROTO: "Ring", "^Tree", "allreduce:tree;broadcast:ring".
+_NCCL_LIST = r"^\^?[A-Za-z0-9]+(?:[,:;]\^?[A-Za-z0-9]+)*$"
+
+
+class ControlError(ValueError):
+    """A control, setting or proof refused, naming the bad value."""
+
+
+def _nccl(cid, name, what, default, value, note=""):
+    return {
+        "id": cid, "group": "nccl-tuning", "what": what,
+        "set": {engine: {"kind": "env", "name": name, "value": "$value"} for engine in ENGINES},
+        "value": value, "default": default,
+        "proof": {"kind": "nccl_setting", "name": name},
+        "requires": ["capture"], "after": [], "effect_model": None, "note": note,
+    }
+
+
+def _arg(cid, group, what, setters, default, value, requires=(), after=(), note=""):
+    return {
+        "id": cid, "group": group, "what": what,
+        "set": {engine: {"kind": "arg", "name": flag, "value": "$value"} for engine, flag in setters.items()},
+        "value": value, "default": default, "proof": {"kind": "engine_arg"},
+        "requires": list(requires), "after": list(after), "effect_model": None, "note": note,
+    }
+
+
+CATALOG = [
+    # ---- transport (the seed plan's first three) ----
+    {"id": "p2p", "group": "transport",
+     "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (mode set0) or is removed (mode drop)",
+     "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$p2p_mode"} for engine in ENGINES},
+     "value": None, "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
+     "proof": {"kind": "nccl_p2p"}, "requires": ["capture", "peer_path"], "after": [],
+     "effect_model": "decode_probe",
+     "note": "P2P both directions on every rank pair, no SHM, from NCCL's channel lines"},
+    {"id": "cumem", "group": "transport",
+     "what": "NCCL's cuMem allocator: the NCCL_CUMEM_ENABLE override is removed (NCCL's own choice)",
+     "set": {engine: {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None} for engine in ENGINES},
+     "value": None, "default": {engine: "NCCL's autodetection (on from 2.19 where supported)" for engine in ENGINES},
+     "proof": {"kind": "nccl_transport", "transports": ["P2P/CUMEM"]}, "requires": ["capture"], "after": [],
+     "effect_model": None, "note": "shows only on P2P connections (via P2P/CUMEM)"},
+    {"id": "custom-all-reduce", "group": "transport",
+     "what": "the engine's custom all-reduce kernel: --disable-custom-all-reduce is removed",
+     "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None} for engine in ENGINES},
+     "value": None, "default": {engine: "on where the engine's own P2P check passes" for engine in ENGINES},
+     "proof": {"kind": "custom_all_reduce", "state": "enabled"}, "requires": ["peer_path"], "after": [],
+     "effect_model": None, "note": "the engine switches it off itself on more than two PCIe GPUs: then 'no effect'"},
+    {"id": "disable-custom-all-reduce", "group": "all-reduce",
+     "what": "turn the engine's custom all-reduce off (--disable-custom-all-reduce added), NCCL all-reduce instead",
+     "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": True} for engine in ENGINES},
+     "value": None, "default": {engine: "custom all-reduce on where supported" for engine in ENGINES},
+     "proof": {"kind": "custom_all_reduce", "state": "disabled"}, "requires": [], "after": [],
+     "effect_model": None, "note": ""},
+    # ---- NCCL tuning (the 8-GPU PCIe handoff's list) ----
+    _nccl("nccl-algo", "NCCL_ALGO", "NCCL's collective algorithms (Ring, Tree, NVLS, ...; NCCL's list syntax)",
+          {e: "NCCL chooses per size" for e in ENGINES}, {"pattern": _NCCL_LIST},
+          note="Tree failed at CUDA-graph capture with 'invalid usage' on a PCIe host"),
+    _nccl("nccl-proto", "NCCL_PROTO", "NCCL's protocols (LL, LL128, Simple; NCCL's list syntax)",
+          {e: "NCCL chooses per size" for e in ENGINES}, {"pattern": _NCCL_LIST}),
+    _nccl("nccl-min-nchannels", "NCCL_MIN_NCHANNELS", "the fewest channels NCCL uses",
+          {e: "NCCL's topology decides" for e in ENGINES}, {"type": "int", "min": 1, "max": 64}),
+    _nccl("nccl-max-nchannels", "NCCL_MAX_NCHANNELS", "the most channels NCCL uses",
+          {e: "NCCL's topology decides" for e in ENGINES}, {"type": "int", "min": 1, "max": 64}),
+    _nccl("nccl-buffsize", "NCCL_BUFFSIZE", "NCCL's buffer per channel and peer, in bytes",
+          {e: "4194304 (4 MiB)" for e in ENGINES}, {"type": "int", "min": 65536, "max": 1 << 30}),
+    _nccl("nccl-nthreads", "NCCL_NTHREADS", "CUDA threads per NCCL block",
+          {e: "512 on recent GPUs" for e in ENGINES}, {"choices": ["64", "128", "256", "512"]}),
+    _nccl("nccl-p2p-level", "NCCL_P2P_LEVEL", "the farthest topology distance NCCL still uses P2P across",
+          {e: "NCCL's choice per GPU pair" for e in ENGINES},
+          {"choices": ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"]}),
+    # ---- CUDA graphs and all-reduce implementations (SGLang) ----
+    _arg("cuda-graph-max-bs", "cuda-graph", "the largest batch captured as a CUDA graph",
+         {"sglang": "--cuda-graph-max-bs", "vllm": "--max-cudagraph-capture-size"},
+         {"sglang": "by GPU memory and TP size", "vllm": "derived from max_num_seqs"},
+         {"type": "int", "min": 1, "max": 4096}, note="lowering it gained 9 % on the PCIe handoff host"),
+    _arg("cuda-graph-sizes", "cuda-graph", "the exact batch sizes captured as CUDA graphs (a list)",
+         {"vllm": "--cudagraph-capture-sizes"}, {"vllm": "1, 2, 4, then steps of 8 up to the capture limit"},
+         {"pattern": r"^\d+(?:[ ,]\d+)*$"}),
+    _arg("flashinfer-allreduce-fusion", "all-reduce", "FlashInfer's fused all-reduce + residual + RMSNorm",
+         {"sglang": "--enable-flashinfer-allreduce-fusion"}, {"sglang": "off"}, {"switch": True},
+         requires=["peer_path"]),
+    _arg("mscclpp", "all-reduce", "MSCCL++ all-reduce for small messages", {"sglang": "--enable-mscclpp"},
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"]),
+    _arg("torch-symm-mem", "all-reduce", "torch symmetric-memory all-reduce", {"sglang": "--enable-torch-symm-mem"},
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"]),
+    # ---- scheduler ----
+    _arg("chunked-prefill", "scheduler", "the prefill chunk budget in tokens per step",
+         {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"},
+         {"sglang": "by GPU memory (e.g. 8192)", "vllm": "8192 on GPU (2048 for a CPU build)"},
+         {"type": "int", "min": 16, "max": 1 << 20},
+         note="SGLang's --chunked-prefill-size has been seen to change nothing: the proof names that"),
+    _arg("max-num-seqs", "scheduler", "the most requests the engine runs at once",
+         {"sglang": "--max-running-requests", "vllm": "--max-num-seqs"},
+         {"sglang": "by KV-cache size", "vllm": "256 on GPU"}, {"type": "int", "min": 1, "max": 4096}),
+    # ---- speculative decoding ----
+    {"id": "speculative", "group": "speculative",
+     "what": "speculative decoding settings as one group (SGLang --speculative-*, vLLM --speculative-config JSON)",
+     "set": {"sglang": {"kind": "speculative", "value": "$value"},
+             "vllm": {"kind": "arg", "name": "--speculative-config", "value": "$value"}},
+     "value": {"speculative": True}, "default": {e: "no speculation" for e in ENGINES},
+     "proof": {"kind": "engine_arg"}, "requires": [], "after": [], "effect_model": None,
+     "note": "a speed-up is claimed only against a no-spec arm: a candidate that changes an original's "
+             "speculation is compared with that speculation, never called a speculation speed-up"},
+    # ---- the seed plan's composite id: one of its two settings per candidate, only after transport is
+    # stable (the seed plan's own rule; the catalog's scheduler controls run on their own anywhere) ----
+    {"id": "scheduler-and-speculation", "group": "scheduler",
+     "what": "the seed plan's scheduler-or-speculation step: {chunked_prefill_size: N} or {speculative: {...}}",
+     "one_of": {"chunked_prefill_size": "chunked-prefill", "speculative": "speculative"},
+     "requires": ["transport_stable"], "after": ["transport"], "effect_model": None, "note": ""},
+]
+BY_ID = {entry["id"]: entry for entry in CATALOG}
+# A plan's operator-declared control: {kind, name, value, proof}; its proof is required.
+CUSTOM = "custom"
+PROOF_KINDS = ("nccl_p2p", "nccl_transport", "custom_all_reduce", "nccl_setting", "engine_arg", "log_line")
+
+
+def ids():
+    return [entry["id"] for entry in CATALOG]
+
+
+def entry(control_id):
+    """The catalog entry, or ControlError listing the valid ids."""
+    if control_id not in BY_ID:
+        raise ControlError(f"unknown control {control_id!r}; the catalog holds: {', '.join(ids())}, and custom")
+    return BY_ID[control_id]
+
+
+def _check_value(control_id, rule, value):
+    if rule.get("switch"):
+        return True
+    if value is None or value == "":
+        raise ControlError(f"control {control_id!r} needs a value ({describe_value(rule)}), got none")
+    text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+    if rule.get("speculative"):
+        if not isinstance(value, dict) or not value:
+            raise ControlError(f"control {control_id!r} needs its settings as a mapping, got {value!r}")
+        return value
+    if rule.get("type") == "int":
+        if not re.match(r"^\d+$", text) or not rule["min"] <= int(text) <= rule["max"]:
+            raise ControlError(f"control {control_id!r} needs an integer {rule['min']}-{rule['max']}, got {value!r}")
+    if "choices" in rule and text not in rule["choices"]:
+        raise ControlError(f"control {control_id!r} needs one of {', '.join(rule['choices'])}, got {value!r}")
+    if "pattern" in rule and not re.match(rule["pattern"], text):
+        raise ControlError(f"control {control_id!r}: {value!r} is not {describe_value(rule)}")
+    return text
+
+
+def describe_value(rule):
+    if rule is None:
+        return "no value"
+    if rule.get("switch"):
+        return "a switch (no value)"
+    if rule.get("speculative"):
+        return "a mapping of speculative settings"
+    if rule.get("type") == "int":
+        return f"an integer {rule['min']}-{rule['max']}"
+    if "choices" in rule:
+        return "one of " + ", ".join(rule["choices"])
+    return f"a value matching {rule['pattern']}"
+
+
+def _speculative_change(engine, value):
+    if engine == "sglang":
+        bad = [flag for flag in value if not str(flag).startswith("--speculative-")]
+        if bad:
+            raise ControlError(f"SGLang's speculative settings are --speculative-* flags, got {bad!r}")
+        return {"kind": "speculative", "value": value}
+    return {"kind": "arg", "name": "--speculative-config", "value": json.dumps(value, sort_keys=True)}
+
+
+def change_for(control_id, engine, value=None, p2p_mode="set0"):
+    """The one change a control makes on a unit of this engine: {kind, name, value} (value None
+    removes it). ControlError names an unknown id, an engine the control has no setter for, a
+    missing or bad value."""
+    item = entry(control_id)
+    if "one_of" in item:
+        keys = set(value) if isinstance(value, dict) else set()
+        if len(keys) != 1 or not keys <= set(item["one_of"]):
+            raise ControlError(f"{control_id} needs exactly one of {{chunked_prefill_size: N}} or "
+                               f"{{speculative: {{--speculative-*: value}}}}, got {value!r}")
+        key = keys.pop()
+        return change_for(item["one_of"][key], engine, value[key], p2p_mode)
+    setter = item["set"].get(engine)
+    if setter is None:
+        have = ", ".join(item["set"])
+        raise ControlError(f"control {control_id!r} has no setter for engine {engine!r} (it has: {have})")
+    change = {k: v for k, v in setter.items() if k != "value"}
+    wanted = setter.get("value")
+    if wanted == "$p2p_mode":
+        if p2p_mode not in ("set0", "drop"):
+            raise ControlError(f"p2p_mode must be set0 or drop, got {p2p_mode!r}")
+        change["value"] = "0" if p2p_mode == "set0" else None
+    elif wanted == "$value":
+        checked = _check_value(control_id, item["value"], value)
+        if item["group"] == "speculative":
+            return _speculative_change(engine, checked)
+        change["value"] = checked
+    else:
+        change["value"] = wanted
+    return change
+
+
+def custom_change(custom):
+    """An operator-declared control: {kind: env|arg|speculative, name, value, proof}. The proof is
+    required (a control nobody can prove is never measured); ControlError names what is missing."""
+    if not isinstance(custom, dict) or custom.get("kind") not in ("env", "arg", "speculative") \
+            or (custom["kind"] != "speculative" and not custom.get("name")) or "value" not in custom:
+        raise ControlError("a custom candidate needs {kind: env|arg|speculative, name, value, proof}, "
+                           f"got {custom!r}")
+    proof = custom.get("proof")
+    if not isinstance(proof, dict) or proof.get("kind") not in PROOF_KINDS:
+        raise ControlError(f"a custom candidate declares how the engine proves it: proof.kind one of "
+                           f"{', '.join(PROOF_KINDS)}, got {proof!r}")
+    if proof["kind"] == "log_line":
+        try:
+            re.compile(proof.get("pattern") or "")
+        except re.error as exc:
+            raise ControlError(f"custom proof pattern {proof.get('pattern')!r} is not a regular expression: "
+                               f"{exc}") from None
+        if not proof.get("pattern"):
+            raise ControlError("a log_line proof needs its pattern")
+    return {k: custom[k] for k in ("kind", "name", "value") if k in custom}, proof
+
+
+def proof_for(control_id, change, custom_proof=None):
+    """The proof spec of a selected change (a composite id resolves to its member's)."""
+    if control_id == CUSTOM:
+        return dict(custom_proof)
+    item = entry(control_id)
+    if "one_of" in item:
+        member = "speculative" if change.get("kind") == "speculative" or change.get("name") == "--speculative-config" \
+            else "chunked-prefill"
+        item = entry(member)
+    proof = dict(item["proof"])
+    if proof["kind"] == "nccl_setting" and change.get("kind") == "env":
+        proof["name"] = change["name"]
+    return proof
+
+
+def requires(control_id):
+    return [] if control_id == CUSTOM else list(entry(control_id)["requires"])
+
+
+def after(control_id):
+    """Groups that must have a candidate decided before this one in a plan."""
+    return [] if control_id == CUSTOM else list(entry(control_id)["after"])
+
+
+def group(control_id):
+    return "custom" if control_id == CUSTOM else entry(control_id)["group"]
+
+
+def effect_model(control_id):
+    """The model that predicts this control's effect before any A/B (decode_probe), or None."""
+    return None if control_id == CUSTOM else entry(control_id).get("effect_model")
+
+
+def public_flags():
+    """Engine flags the catalog sets: known non-secret, so evidence may show their values."""
+    return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "arg"}
+
+
+def public_env():
+    return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "env"}
+
+
+# ---- proof from the engine's own start-up output ---------------------------------------------
+
+def _arg_proof(engine, text, change):
+    """An engine flag as the engine's configuration dump shows it; a removed flag is proven when
+    the dump no longer lists it (vLLM lists only non-default args) or lists it off."""
+    name, value = change["name"], change.get("value")
+    if value is not None:
+        effect = arg_effect(engine, text, name, "" if value is True else value)
+        if not effect["proven"] and name == "--speculative-config" and isinstance(effect["reported"], dict):
+            effect["proven"] = effect["reported"] == json.loads(value)
+        return effect["proven"], f"{effect['key']}={effect['expected']!r} in the engine's configuration dump", \
+            effect["why"] or f"{effect['key']}={effect['reported']!r}"
+    key = name.lstrip("-").replace("-", "_")
+    args = reported_args(engine, text)
+    wanted = f"{key} not set in the engine's configuration dump"
+    if args is None:
+        return False, wanted, f"{engine} logged no configuration dump"
+    if args.get(key) in (None, False):
+        return True, wanted, f"{key}={args.get(key)!r}" if key in args else f"{key} not listed (its default)"
+    return False, wanted, f"{engine} reports {key}={args[key]!r}"
+
+
+def prove(proof, change, engine, text, scan):
+    """Whether the candidate's start-up output shows the control in effect:
+    {kind, proven, expected, saw} (saw: what the engine said instead, for a 'no effect')."""
+    kind = proof.get("kind")
+    nccl = scan.get("nccl") or {}
+    if kind == "nccl_p2p":
+        reasons = "; ".join(nccl.get("p2p_reasons") or []) or "ok"
+        proven, expected = bool(nccl.get("p2p_in_effect")), "NCCL P2P both directions on every rank pair, no SHM"
+        saw = f"NCCL transport {nccl.get('summary')} (P2P proof: {reasons})"
+    elif kind == "nccl_transport":
+        proven = nccl.get("transports") == proof["transports"]
+        expected, saw = f"NCCL connections only via {', '.join(proof['transports'])}", \
+            f"NCCL transports {nccl.get('transports') or 'none logged'}"
+    elif kind == "custom_all_reduce":
+        state = scan.get("custom_all_reduce")
+        proven, expected = state == proof["state"], f"custom all-reduce {proof['state']}"
+        saw = f"custom all-reduce {state} ({scan.get('custom_all_reduce_evidence') or 'no line about it'})"
+    elif kind == "nccl_setting":
+        name, settings = proof["name"], nccl.get("settings") or {}
+        value = change.get("value")
+        if value is None:
+            proven, expected = name not in settings, f"NCCL reads no {name}"
+        else:
+            proven, expected = str(settings.get(name)) == str(value), f"NCCL INFO {name} set by environment to {value}"
+        saw = (f"NCCL INFO {name} set by environment to {settings[name]}" if name in settings else
+               f"no '{name} set by environment' line (NCCL settings logged: "
+               f"{', '.join(f'{k}={v}' for k, v in sorted(settings.items())) or 'none; is NCCL_DEBUG=INFO set?'})")
+    elif kind == "engine_arg":
+        if change.get("kind") == "speculative":
+            checks = [_arg_proof(engine, text, {"name": flag, "value": val})
+                      for flag, val in (change["value"] or {}).items()]
+            proven = bool(checks) and all(c[0] for c in checks)
+            expected = "; ".join(c[1] for c in checks) or "speculative settings"
+            saw = "; ".join(c[2] for c in checks if not c[0]) or "all shown"
+        else:
+            proven, expected, saw = _arg_proof(engine, text, change)
+    elif kind == "log_line":
+        hits = [line for line in (text or "").splitlines() if re.search(proof["pattern"], line)]
+        proven, expected = bool(hits), f"a start-up line matching {proof['pattern']!r}"
+        saw = hits[0] if hits else "no such line"
+    else:
+        raise ControlError(f"unknown proof kind {kind!r}; known: {', '.join(PROOF_KINDS)}")
+    return {"kind": kind, "proven": bool(proven), "expected": expected, "saw": "" if proven else saw}
+
+
+# ---- the README table --------------------------------------------------------------------------
+
+def _setter_text(setter):
+    if setter["kind"] == "env":
+        words = {"$value": "<value>", "$p2p_mode": "0 or removed", None: "removed"}
+        value = words.get(setter["value"], setter["value"])
+        return f"`{setter['name']}={value}`" if value != "removed" else f"`{setter['name']}` removed"
+    if setter["kind"] == "speculative":
+        return "`--speculative-*` flags"
+    if setter["value"] is None:
+        return f"`{setter['name']}` removed"
+    return f"`{setter['name']}`" + (" `<value>`" if setter["value"] == "$value" else "")
+
+
+def table():
+    """The catalog as the README's markdown table."""
+    rows = ["| id | group | SGLang | vLLM | proven by | needs first |", "| --- | --- | --- | --- | --- | --- |"]
+    for item in CATALOG:
+        if "one_of" in item:
+            sglang = vllm = "one of: " + ", ".join(f"`{k}` ({v})" for k, v in item["one_of"].items())
+            proof = "its member's"
+        else:
+            sglang, vllm = (_setter_text(item["set"][e]) if e in item["set"] else "-" for e in ENGINES)
+            proof = item["proof"]["kind"]
+        needs = ", ".join(item["requires"] + [f"after {g}" for g in item["after"]]) or "-"
+        rows.append(f"| `{item['id']}` | {item['group']} | {sglang} | {vllm} | {proof} | {needs} |")
+    return "\n".join(rows)
