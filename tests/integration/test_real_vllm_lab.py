@@ -146,7 +146,7 @@ def test_p2p_on_a_gloo_engine_is_refused_before_any_change_with_the_true_reason(
     text = " ".join(result.stdout.split())
     assert result.returncode != 0
     assert "refused before any change: vllm.service runs its collectives on gloo, not NCCL" in text, text[-3000:]
-    assert "there is no NCCL communicator, so NCCL_P2P_DISABLE cannot change anything" in text
+    assert "there is no NCCL communicator, so p2p (NCCL_P2P_DISABLE) cannot change anything" in text
     assert identity() == before  # the same invocation, the same file: never touched
 
 
