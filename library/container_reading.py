@@ -35,7 +35,7 @@ options:
     description: The original container's reading (this module's C(reading)) to prove against.
     type: dict
   change:
-    description: The one control (kind env, arg or speculative; name; value); needed with C(compare_with).
+    description: The one control (kind env, arg, speculative or image; name; value); needed with C(compare_with).
     type: dict
 author: serving-rollout
 """
@@ -63,7 +63,9 @@ reading:
   type: dict
   returned: always
 proof:
-  description: ok, control, seen, unexplained (every other difference), with compare_with.
+  description: >-
+    ok, control, seen, unexplained (every other difference), with compare_with. For an image change
+    the image, its id and the variables either image's own ENV sets are the control's.
   type: dict
   returned: with compare_with
 """
@@ -97,7 +99,17 @@ def main():
     reading = view(found[0], p["key"].encode())
     if p["compare_with"] is None:
         module.exit_json(changed=False, reading=reading)
-    result = proof(p["compare_with"], reading, p["change"])
+    image_env = None
+    if p["change"].get("kind") == "image":
+        # An image upgrade brings the new image's own ENV (its engine, NCCL, CUDA versions): those names
+        # differ because the image does, which is the control. Read from both images, never from the unit.
+        image_env = set()
+        for image in (p["compare_with"].get("image_id"), found[0].get("Image")):
+            rc, out, err = module.run_command([p["runtime"], "image", "inspect", "--format", "{{json .Config.Env}}",
+                                               image or ""])
+            if rc == 0 and out.strip():
+                image_env |= {e.split("=", 1)[0] for e in json.loads(out) or []}
+    result = proof(p["compare_with"], reading, p["change"], image_env)
     if not result["ok"]:
         module.fail_json(msg=f"container {p['name']} is not the original's with one control changed, as {p['runtime']} "
                              f"runs both ({result['control']}): {proof_reason(result, 'the runtime')}",

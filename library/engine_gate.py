@@ -21,7 +21,7 @@ options:
   gate:
     description: Which gate.
     type: str
-    choices: [contract, json, needle, server_info, smoke, tool_call]
+    choices: [contract, json, needle, server_info, smoke, tool_call, version]
     required: true
   target_tokens:
     description: Prompt size for needle and tool_call (words; the engine's usage gives the real count).

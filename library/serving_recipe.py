@@ -41,7 +41,8 @@ options:
   change:
     description: >-
       One control change - kind env (name, value), arg (name a --flag, value true, a
-      string, or null to remove) or speculative (value a dict of --speculative-* flags).
+      string, or null to remove), speculative (value a dict of --speculative-* flags) or image
+      (value the new image, pinned by digest, of a container unit).
     type: dict
   promote:
     description: Compute the change for promotion - keep [Install], description and container name.
@@ -325,7 +326,7 @@ def main():
             candidate = parse_recipe(parse_unit_text(rendered),
                                      {**env_texts, **{path: text for path, (_, text) in copies.items()}})
             complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
-            difference = check_one_control(recipe, candidate)
+            difference = check_one_control(recipe, candidate, params["change"])
         except RecipeError as exc:
             module.fail_json(msg=f"candidate refused: {exc}", **result)
         content = "".join(f"# {line}\n" for line in params["header"]) + rendered
@@ -349,7 +350,7 @@ def main():
                     other_texts[path] = text
             other = parse_recipe(other_sections, other_texts)
             complete_facts(other, read_optional)
-            result["comparison"] = {"file": info, "difference": check_one_control(recipe, other)}
+            result["comparison"] = {"file": info, "difference": check_one_control(recipe, other, params["change"])}
         except RecipeError as exc:
             module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)
     module.exit_json(**result)

@@ -29,7 +29,7 @@ options:
     type: str
     required: true
   change:
-    description: The one control, as the candidate plan selected it (kind env, arg or speculative; name; value).
+    description: The one control, as the candidate plan selected it (kind env, arg, speculative or image; name; value).
     type: dict
     required: true
   container:
@@ -115,8 +115,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["change"].get("kind") not in ("env", "arg", "speculative"):
-        module.fail_json(msg=f"change.kind must be env, arg or speculative, got {p['change'].get('kind')!r}")
+    if p["change"].get("kind") not in ("env", "arg", "speculative", "image"):
+        module.fail_json(msg=f"change.kind must be env, arg, speculative or image, got {p['change'].get('kind')!r}")
     key = os.urandom(32)  # digests comparable within this call only
     original = read_unit(module, p["original"], key)
     candidate = read_unit(module, p["candidate"], key)

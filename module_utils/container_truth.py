@@ -66,14 +66,19 @@ def differences(original, candidate):
     return out
 
 
-def proof(original, candidate, change):
+def proof(original, candidate, change, image_env=None):
     """{ok, control, seen, unexplained}: the two containers differ in the one control and in nothing
     else (an env control in Env; an arg or speculative control in the command's words)."""
     kind, name = change.get("kind"), change.get("name") or ""
     diffs = differences(original, candidate)
     explained, seen = [], False
     for diff in diffs:
-        if kind == "env" and diff["what"] == f"env {name}":
+        if kind == "image" and diff["what"] in ("image", "image_id"):
+            explained.append(diff)
+            seen = True
+        elif kind == "image" and diff["what"].startswith("env ") and diff["what"][4:] in (image_env or {}):
+            explained.append(diff)  # the new image's own ENV (its engine, NCCL and CUDA versions): the image's
+        elif kind == "env" and diff["what"] == f"env {name}":
             explained.append(diff)
             seen = True
         elif diff["what"] == "cmd" and kind in ("arg", "speculative"):

@@ -128,6 +128,14 @@ CATALOG = [
      "proof": {"kind": "engine_arg"}, "requires": [], "after": [], "effect_model": None,
      "note": "a speed-up is claimed only against a no-spec arm: a candidate that changes an original's "
              "speculation is compared with that speculation, never called a speculation speed-up"},
+    # ---- engine upgrades: operators report they regress more than flags do ----
+    {"id": "engine-image", "group": "upgrade",
+     "what": "a new engine image, pinned by digest, in the container unit (every gate runs; versions recorded)",
+     "set": {engine: {"kind": "image", "value": "$value"} for engine in ENGINES},
+     "value": {"pattern": r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$"},
+     "default": {engine: "the original's image" for engine in ENGINES},
+     "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None,
+     "note": "proven when the runtime runs the new digest and the engine reports its version; container units only"},
     # ---- the seed plan's composite id: one of its two settings per candidate, only after transport is
     # stable (the seed plan's own rule; the catalog's scheduler controls run on their own anywhere) ----
     {"id": "scheduler-and-speculation", "group": "scheduler",
@@ -138,7 +146,8 @@ CATALOG = [
 BY_ID = {entry["id"]: entry for entry in CATALOG}
 # A plan's operator-declared control: {kind, name, value, proof}; its proof is required.
 CUSTOM = "custom"
-PROOF_KINDS = ("nccl_p2p", "nccl_transport", "custom_all_reduce", "nccl_setting", "engine_arg", "log_line")
+PROOF_KINDS = ("nccl_p2p", "nccl_transport", "custom_all_reduce", "nccl_setting", "engine_arg", "log_line",
+               "engine_version")
 
 
 def ids():
@@ -349,6 +358,12 @@ def prove(proof, change, engine, text, scan):
             saw = "; ".join(c[2] for c in checks if not c[0]) or "all shown"
         else:
             proven, expected, saw = _arg_proof(engine, text, change)
+    elif kind == "engine_version":
+        # The engine's version report comes from its API after it is ready (the rollout's version gate);
+        # here, that the candidate's start-up log names the NCCL it loaded, for the versions record.
+        versions = nccl.get("versions") or []
+        proven, expected = True, "the engine's version report (read from its API once ready)"
+        saw = f"NCCL {', '.join(versions) or 'not logged'}"
     elif kind == "log_line":
         hits = [line for line in (text or "").splitlines() if re.search(proof["pattern"], line)]
         proven, expected = bool(hits), f"a start-up line matching {proof['pattern']!r}"
@@ -367,6 +382,8 @@ def _setter_text(setter):
         return f"`{setter['name']}={value}`" if value != "removed" else f"`{setter['name']}` removed"
     if setter["kind"] == "speculative":
         return "`--speculative-*` flags"
+    if setter["kind"] == "image":
+        return "image `<name>@sha256:<digest>`"
     if setter["value"] is None:
         return f"`{setter['name']}` removed"
     return f"`{setter['name']}`" + (" `<value>`" if setter["value"] == "$value" else "")

@@ -125,7 +125,21 @@ def server_info(options):
     return {"path": "/server_info"}, {"status": result["status"]}, "the engine's server info", False, result["error"]
 
 
-GATES = {"server_info": server_info, "smoke": smoke, "json": json_gate, "needle": needle,
+def version(options):
+    """The engine's own version report: vLLM's /version, SGLang's /server_info (older /get_server_info)."""
+    result = {"status": None, "error": "no version route answered"}
+    for path in ("/version", "/server_info", "/get_server_info"):
+        result = get_json(options["base_url"], path, api_key=options.get("api_key"),
+                          timeout=options.get("timeout_s", 60))
+        reported = (result.get("body") or {}).get("version") if result["ok"] and isinstance(result.get("body"), dict) \
+            else None
+        if reported:
+            return {"path": path}, {"version": str(reported), "path": path}, "the engine's version report", True, None
+    return {"path": "/version"}, {"status": result["status"]}, "the engine's version report", False, \
+        result["error"] or "no version in the answer"
+
+
+GATES = {"version": version, "server_info": server_info, "smoke": smoke, "json": json_gate, "needle": needle,
          "tool_call": tool_call, "contract": contract}
 
 

@@ -150,6 +150,8 @@ def _edit_explained(edit, argv, change, container):
         return True  # the container's own -e entry of the control
     if kind == "env" and previous == "--env-file":
         return True  # the candidate's copy of the file: its content is compared as the environment
+    if kind == "image" and "@sha256:" in word:
+        return True  # the image word: the original's removed, the new one added
     # the candidate's own container: its name wherever the unit names it (run --name, rm -f, stop)
     if container and word in (container, f"{container}-candidate", f"--name={container}",
                               f"--name={container}-candidate"):
@@ -173,6 +175,8 @@ def _touches(difference, change):
         return True
     if change.get("kind") == "speculative":
         return any(e["word"].startswith("--speculative-") for e in difference.get("edits") or [])
+    if change.get("kind") == "image":
+        return any(e["word"] == change.get("value") for e in difference.get("edits") or [])
     after = (difference.get("argv") or {}).get("after") or []
     if change.get("kind") == "env" and any(e["side"] == "after" and after[e["index"] - 1:e["index"]] == ["--env-file"]
                                            for e in difference.get("edits") or []):

@@ -495,10 +495,12 @@ def diff_recipes(original, candidate):
             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
-def check_one_control(original, candidate):
-    """The single difference, or RecipeError naming every difference."""
+def check_one_control(original, candidate, change=None):
+    """The single difference, or RecipeError naming every difference. The image is held unless the
+    change is the image itself (the catalog's engine-image)."""
     differences = diff_recipes(original, candidate)
-    held = [d for d in differences if d["control"] in HELD]
+    upgrade = (change or {}).get("kind") == "image"
+    held = [d for d in differences if d["control"] in HELD and not (upgrade and d["control"] == "image")]
     if len(differences) != 1 or held:
         listed = "; ".join(f"{d['control']}: {d['before']!r} -> {d['after']!r}" for d in differences) or "none"
         reason = f"held controls changed ({', '.join(d['control'] for d in held)}); " if held else ""
@@ -585,8 +587,8 @@ def apply_change(sections, recipe, change, keep_identity=False):
     description and the container name: the result replaces the original as the new default.
     """
     kind = change.get("kind")
-    if kind not in ("env", "arg", "speculative"):
-        raise RecipeError(f"change kind must be env, arg or speculative, got {kind!r}")
+    if kind not in ("env", "arg", "speculative", "image"):
+        raise RecipeError(f"change kind must be env, arg, speculative or image, got {kind!r}")
     prefix, argv = split_command(values(sections, "Service", "ExecStart")[0])
     runtime, opts, image, command = split_runtime(argv)
     head = argv[: len(argv) - len(command)]
@@ -618,6 +620,15 @@ def apply_change(sections, recipe, change, keep_identity=False):
             if not in_unit and value is not None:
                 new_lines.append(quote_arg(f"{name}={value}"))
             env_lines = new_lines
+    elif kind == "image":
+        if image_index < 0:
+            raise RecipeError(f"{recipe.get('runtime')} unit runs no container image: an engine image upgrade "
+                              "changes a container unit's image (a process unit's engine build is its ExecStart)")
+        if not re.match(r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$", str(value)):
+            raise RecipeError(f"the new image must be pinned by digest (name@sha256:<64 hex>), got {value!r}")
+        if head[image_index] == value:
+            raise RecipeError(f"the unit already runs {value}: no change is no candidate")
+        head = head[:image_index] + [str(value)] + head[image_index + 1:]
     elif kind == "arg":
         if not str(name).startswith("-"):
             raise RecipeError(f"arg control name {name!r} must be a --flag")

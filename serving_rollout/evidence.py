@@ -71,7 +71,15 @@ def decision_record(run):
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
-            "kv_capacity": kv, "single_stream_decode_tps": single_stream_decode(run)}
+            "kv_capacity": kv, "single_stream_decode_tps": single_stream_decode(run),
+            "versions": versions(run)}
+
+
+def versions(run):
+    """An engine upgrade's versions on each side as the engines reported them (versions.json); None
+    for any other control."""
+    record = load(run, "versions.json", {})
+    return {side: record[side] for side in ("original", "candidate")} if record.get("candidate") else None
 
 
 def single_stream_decode(run):
@@ -239,6 +247,11 @@ def render_card(run):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)
         lines += [f"{kv['reason']}." + (f" Concurrency the engine states: {stated}." if stated else ""), ""]
+    if decision.get("versions"):
+        before, after = decision["versions"]["original"], decision["versions"]["candidate"]
+        lines += [f"Engine upgrade (each side's own report): engine {before['engine']} -> {after['engine']}; "
+                  f"NCCL {', '.join(before['nccl']) or 'not logged'} -> {', '.join(after['nccl']) or 'not logged'}; "
+                  f"image {before['image']} -> {after['image']}.", ""]
     if double:
         lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
                   "and decides, never the real engine's performance.", ""]

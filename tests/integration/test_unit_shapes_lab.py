@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -235,3 +236,38 @@ def test_a_podman_container_unit_rolls_out_and_restores_the_same_container(podma
     assert lab("podman", "container", "exists", "sglang-ctr-candidate", check=False).returncode == 1
     state = lab("systemctl", "show", "-p", "ActiveState,NRestarts", "sglang-ctr.service").stdout
     assert "ActiveState=active" in state and "NRestarts=0" in state
+
+
+def test_an_engine_image_upgrade_is_one_control_proven_by_the_engines_version_and_restored(podman_unit):
+    # A new image of the same engine (the double again, reporting 0.5.6 from its image's ENV), pinned by
+    # digest: the catalog's engine-image, as an operator upgrades SGLang's image one host at a time.
+    lab("sh", "-c", "tar -C / -c --exclude=usr/share/doc --exclude=usr/share/man --exclude=usr/share/locale "
+                    "--exclude=usr/lib/podman usr etc bin sbin lib lib64 opt/engine-double 2>/dev/null | podman import "
+                    "--quiet --change 'ENV NCCL_IB_DISABLE=1' --change 'ENV DOUBLE_VERSION=0.5.6' - "
+                    "localhost/engine-double:upgrade")
+    digest = lab("podman", "image", "inspect", "--format", "{{.Digest}}",
+                 "localhost/engine-double:upgrade").stdout.strip()
+    new = f"localhost/engine-double@{digest}"
+    files = ["/etc/systemd/system/sglang-ctr.service", "/etc/sglang-ctr/nccl.env"]
+    before = lab("sha256sum", *files).stdout
+    try:
+        result, evidence = roll_out("sglang-ctr.service", CTR_PORT, "upgrade-evidence-",
+                                    serving_recipe_candidate_id="engine-image", serving_recipe_control_value=new)
+        assert result.returncode == 0, result.stdout[-4000:]
+        run = next(Path(evidence).rglob("rollout-*"))
+        recipes = json.loads((run / "recipes.json").read_text())
+        difference = recipes["difference"]
+        assert difference["control"] == "image" and difference["after"] == new, difference
+        decision = json.loads((run / "decision.json").read_text())
+        assert decision["versions"]["original"]["engine"] == "0.5.5", decision["versions"]
+        assert decision["versions"]["candidate"] == {"engine": "0.5.6", "nccl": ["2.28.9"], "image": new}
+        gates = {r["gate"] for r in json.loads((run / "gates.json").read_text())["candidate"]}
+        assert {"smoke", "json", "needle", "tool_call", "contract"} <= gates, gates  # every gate, for an upgrade
+        card = (run / "result-card.md").read_text()
+        assert "Engine upgrade (each side's own report): engine 0.5.5 -> 0.5.6" in card, card
+        # Restored: the same container name on the original image's digest, the files byte for byte.
+        assert lab("sha256sum", *files).stdout == before
+        inspect = lab("podman", "inspect", "--format", "{{.Name}} {{.Config.Image}}", "sglang-ctr").stdout.split()
+        assert inspect == ["sglang-ctr", f"{CTR_IMAGE.split(':')[0]}@{podman_unit}"]
+    finally:
+        lab("podman", "rmi", "-f", "localhost/engine-double:upgrade", check=False)

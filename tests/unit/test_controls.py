@@ -25,7 +25,8 @@ VALUES = {"nccl-algo": ("Ring", "Tree"), "nccl-proto": ("Simple", "LL128"), "ncc
           "nccl-nthreads": ("256", "512"), "nccl-p2p-level": ("PHB", "SYS"), "cuda-graph-max-bs": ("96", "160"),
           "cuda-graph-sizes": ("1 2 4 8", "1 2 4"), "chunked-prefill": ("4096", "8192"),
           "max-num-seqs": ("64", "128"),
-          "speculative": ({"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "3"}, None)}
+          "speculative": ({"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "3"}, None),
+          "engine-image": ("lmsysorg/sglang@sha256:" + "ef" * 32, None)}
 ENV_FILE = "/etc/serving/nccl.env"
 
 
@@ -66,6 +67,8 @@ def original_unit(engine, shape, change, before):
 
 
 def control_key(change):
+    if change["kind"] == "image":
+        return "image"
     speculative = change["kind"] == "speculative" or change["name"].startswith("--speculative-")
     return "speculative" if speculative else f"{change['kind']}:{change['name']}"
 
@@ -83,6 +86,11 @@ def test_each_setter_changes_exactly_its_control_on_each_unit_shape(cid, engine,
     recipe = ur.parse_recipe(sections, env_files)
     complete_facts(recipe, env_files.get)  # as serving_recipe adopts it: $VAR expansion, held flags, engine
     assert recipe["engine"] == engine, recipe["engine"]
+    if change["kind"] == "image" and shape != "container":
+        # A process unit has no image: an engine upgrade there is its ExecStart's program, not this control.
+        with pytest.raises(ur.RecipeError, match="runs no container image"):
+            ur.apply_change(sections, recipe, change)
+        return
     held = [flag for flag in recipe["held_flags"]
             if flag == change.get("name") or (change["kind"] == "speculative" and flag.startswith("--speculative-"))]
     if held:
@@ -93,7 +101,7 @@ def test_each_setter_changes_exactly_its_control_on_each_unit_shape(cid, engine,
     out, copies = ur.apply_change_with_files(sections, recipe, change, env_files, "/var/lib/serving-rollout/c")
     env_after = {path: text for path, (_, text) in copies.items()} or env_files
     candidate = ur.parse_recipe(ur.parse_unit_text(ur.render_sections(out)), env_after)
-    difference = ur.check_one_control(recipe, candidate)
+    difference = ur.check_one_control(recipe, candidate, change)
     assert difference["control"] == control_key(change), difference
     assert env_files.get(ENV_FILE, "") == original_unit(engine, shape, change, before)[1].get(ENV_FILE, "")
 
@@ -243,3 +251,47 @@ def test_catalog_flags_are_shown_in_evidence_and_secrets_are_not():
 def test_the_readme_table_is_the_catalogs():
     readme = (REPO / "README.md").read_text()
     assert controls.table() in readme, "README's Controls table differs from controls.table(); paste it again"
+
+
+def test_an_image_upgrade_is_the_one_control_in_every_reading_and_nothing_else_is():
+    from ansible.module_utils import container_truth
+    new = "lmsysorg/sglang@sha256:" + "ef" * 32
+    change = controls.change_for("engine-image", "sglang", new)
+    assert change == {"kind": "image", "value": new}
+    # A tag is refused: an upgrade is pinned by digest, as the original is.
+    with pytest.raises(controls.ControlError, match="lmsysorg/sglang:latest"):
+        controls.change_for("engine-image", "sglang", "lmsysorg/sglang:latest")
+    # Without the change the image stays held: any other candidate that changes it is refused.
+    sections, env_files = original_unit("sglang", "container", change, None)
+    recipe = ur.parse_recipe(sections, env_files)
+    other = ur.parse_recipe(ur.parse_unit_text(ur.render_sections(ur.apply_change(sections, recipe, change))), {})
+    with pytest.raises(ur.RecipeError, match="held controls changed \\(image\\)"):
+        ur.check_one_control(recipe, other)
+    # The runtime's reading (real podman inspect output): the image, its id and its own ENV are the control's;
+    # a variable neither image sets is not.
+    inspect = json.loads((FIXTURES / "containers" / "podman-inspect-original.json").read_text())[0]
+    upgraded = json.loads(json.dumps(inspect))
+    upgraded["Image"], upgraded["ImageDigest"] = "f" * 64, "sha256:" + "ef" * 32
+    upgraded["Config"]["Env"] = upgraded["Config"]["Env"] + ["SGLANG_VERSION=0.5.6"]
+    before, after = container_truth.view(inspect, b"k"), container_truth.view(upgraded, b"k")
+    ok = container_truth.proof(before, after, change, image_env={"SGLANG_VERSION"})
+    assert ok["ok"] and ok["seen"], ok
+    refused = container_truth.proof(before, after, change, image_env=set())
+    assert not refused["ok"] and [d["what"] for d in refused["unexplained"]] == ["env SGLANG_VERSION"], refused
+
+
+def test_systemds_reading_of_an_image_upgrade_explains_only_the_image_word():
+    from ansible.module_utils import unit_oracle
+    new = "lmsysorg/sglang@sha256:" + "ef" * 32
+    change = {"kind": "image", "value": new}
+    argv = ["/usr/bin/podman", "run", "--rm", "--name", "engine", IMAGE["sglang"], "python3", "-m",
+            "sglang.launch_server"]
+    swapped = [new if word == IMAGE["sglang"] else word for word in argv]
+    renamed = [w + "-candidate" if i and argv[i - 1] == "--name" else w for i, w in enumerate(swapped)]
+    diffs = [{"what": "ExecStart", "argv": {"before": argv, "after": renamed},
+              "edits": unit_oracle.word_edits(argv, renamed)}]
+    assert unit_oracle.one_control_proof(diffs, change, "engine")["ok"]
+    extra = renamed + ["--enable-mscclpp"]
+    diffs = [{"what": "ExecStart", "argv": {"before": argv, "after": extra},
+              "edits": unit_oracle.word_edits(argv, extra)}]
+    assert not unit_oracle.one_control_proof(diffs, change, "engine")["ok"]
