@@ -49,7 +49,9 @@ options:
     type: bool
     default: false
   compare_path:
-    description: A rendered candidate unit file to check against the original.
+    description: >-
+      A rendered candidate unit file to check against the original (with C(change): the declared
+      control, which names the one held fact an image upgrade may change; nothing is rendered).
     type: path
   require_digest:
     description: Refuse a container image not pinned by digest (restoration must be exact).
@@ -301,7 +303,8 @@ def main():
                              "restoration must be exact", **result)
     nccl = nccl_configuration(module, recipe, sections, state)
     result["recipe"]["nccl_config"] = nccl
-    if params["change"] is not None:
+    # With compare_path, the change only names the declared control the written file may differ in.
+    if params["change"] is not None and not params["compare_path"]:
         problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
         if problem:
             module.fail_json(msg=f"candidate refused: {problem}", **result)
