@@ -82,6 +82,9 @@ SGLANG = {
     # Its whole configuration at start: ServerArgs(...) (the double: a JSON object).
     "config_dump": r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$",
     "config_dump_is_complete": True,
+    # What the scheduler finally runs with, after its own adjustments (the requested server_args may differ):
+    # "max_total_num_tokens=N, chunked_prefill_size=N, ..., max_running_requests=N, context_len=N".
+    "effective_args": r"max_total_num_tokens=\d+, (.*)$",
     "phases": [
         ("starting", r"server_args=ServerArgs\(|server_args=\{"),
         ("distributed-init", r"Init torch distributed begin|sglang is using nccl==|"
@@ -488,6 +491,18 @@ def reported_args(engine, text):
     return _literal_args(dumps[-1]) if dumps else None
 
 
+def effective_args(engine, text):
+    """What the engine says it finally runs with (SGLang's scheduler limits line, its last one):
+    {name: int or text}, or None when it logged none (vLLM: its config dump is the record)."""
+    pattern = adapter(engine).get("effective_args")
+    lines = [m.group(1) for m in (re.search(pattern, _strip(line)) for line in (text or "").splitlines()) if m] \
+        if pattern else []
+    if not lines:
+        return None
+    pairs = (part.split("=", 1) for part in lines[-1].split(", ") if "=" in part)
+    return {key.strip(): int(value) if value.strip().isdigit() else value.strip() for key, value in pairs}
+
+
 def _same_value(reported, wanted):
     if wanted in (None, "") and reported is True:
         return True  # a switch
@@ -507,6 +522,11 @@ def arg_effect(engine, text, flag, value):
     key = flag.lstrip("-").replace("-", "_")
     args = reported_args(engine, text)
     result = {"flag": flag, "key": key, "expected": value, "reported": None, "proven": False}
+    effective = effective_args(engine, text) or {}
+    if key in effective:  # what the scheduler runs with decides, not what it was asked for
+        proven = _same_value(effective[key], value)
+        return dict(result, reported=effective[key], proven=proven,
+                    why="" if proven else f"{rules['name']}'s scheduler runs {key}={effective[key]!r}, not {value!r}")
     if args is None:
         return dict(result, why=f"{rules['name']} logged no configuration dump in this invocation")
     if key not in args:

@@ -295,3 +295,16 @@ def test_systemds_reading_of_an_image_upgrade_explains_only_the_image_word():
     diffs = [{"what": "ExecStart", "argv": {"before": argv, "after": extra},
               "edits": unit_oracle.word_edits(argv, extra)}]
     assert not unit_oracle.one_control_proof(diffs, change, "engine")["ok"]
+
+
+def test_sglangs_scheduler_line_decides_what_it_runs_with():
+    # Real SGLang (sgl-project/sglang#11830): the scheduler's limits after its own adjustments.
+    line = CORPUS["sglang-scheduler-effective-limits-line"]["excerpt"]
+    assert prove("chunked-prefill", "sglang", "16384", line)["proven"]
+    other = prove("chunked-prefill", "sglang", "4096", line)
+    assert not other["proven"] and other["saw"] == "sglang's scheduler runs chunked_prefill_size=16384, not '4096'"
+    assert prove("max-num-seqs", "sglang", "4096", line)["proven"]
+    # An older SGLang's line (sgl-project/sglang#2468) has no chunked_prefill_size: then its server_args decide.
+    older = CORPUS["sglang-warmup-failed-after-uvicorn"]["excerpt"]
+    assert prove("chunked-prefill", "sglang", "8192", older)["saw"] == "sglang logged no configuration dump in this " \
+                                                                      "invocation"

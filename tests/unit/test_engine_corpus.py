@@ -18,7 +18,7 @@ LAB_LOGS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs
 BY_ID = {entry["id"]: entry for entry in CORPUS + LAB_LOGS}
 ENGINE_KEYS = {"ready_logged", "crashed", "crash", "cause", "phase", "nccl_versions", "custom_all_reduce",
                "kv_cache_tokens", "max_concurrency", "errors", "warnings", "noise", "stuck_lines", "stopping",
-               "reported_args"}
+               "reported_args", "effective_args"}
 NCCL_KEYS = {"transports", "p2p_in_effect", "nvls", "remote_edges", "p2p_reasons_name", "nccl_settings"}
 PROCESS_KEYS = {"engine_processes"}
 
@@ -51,6 +51,9 @@ def _engine_answer(read, key, entry=None, engine=None):
     if key == "reported_args":  # the truth's keys, as the engine's configuration dump gives them
         reported = engine_adapters.reported_args(engine, entry["excerpt"]) or {}
         return {k: reported.get(k) for k in entry["truth"]["reported_args"]}
+    if key == "effective_args":  # what the scheduler finally runs with, as it says so
+        effective = engine_adapters.effective_args(engine, entry["excerpt"]) or {}
+        return {k: effective.get(k) for k in entry["truth"]["effective_args"]}
     if key in ("errors", "warnings", "noise"):
         return len(read[key])
     if key == "stuck_lines":
