@@ -44,6 +44,15 @@ def rollout(evidence, algo):
                         inventory="inventory/lab", local=False, timeout=900)
 
 
+def failed_rollout(evidence, fault, algo):
+    """The rollout with the double's fault on the candidate only: its output (one line) and its run folder."""
+    lab("sh", "-c", f"mkdir -p {Path(FAULTS).parent} && echo {fault} > {FAULTS}")
+    result = rollout(evidence, algo)
+    assert result.returncode != 0
+    run, = sorted(Path(evidence).glob("*/rollout-*"))
+    return re.sub(r"\s+", " ", result.stdout), run
+
+
 def assert_restored(before):
     (now, digest), (then, then_digest) = state(), before
     assert now["ActiveState"] == "active" and now["NRestarts"] == "0", now
@@ -66,29 +75,21 @@ def test_an_nccl_tuning_control_is_proven_by_nccls_own_setting_line(evidence):
 def test_a_control_the_engine_drops_is_no_effect_restored_without_an_ab(evidence):
     # The engine's own start-up removes NCCL_ALGO before NCCL reads it (as vLLM's env override does
     # with NCCL_CUMEM_ENABLE): the unit sets it, NCCL never does.
-    lab("sh", "-c", f"mkdir -p {Path(FAULTS).parent} && echo drop_env:NCCL_ALGO > {FAULTS}")
     before = state()
-    result = rollout(evidence, "Ring")
-    assert result.returncode != 0
-    message = re.sub(r"\s+", " ", result.stdout)
+    message, run = failed_rollout(evidence, "drop_env:NCCL_ALGO", "Ring")
     assert "no effect: nccl-algo (nccl_setting): expected NCCL INFO NCCL_ALGO set by environment to Ring; the " \
            "engine showed no 'NCCL_ALGO set by environment' line (NCCL settings logged: " in message, message[-3000:]
-    run, = sorted(Path(evidence).glob("*/rollout-*"))
     arms = json.loads((run / "cells.json").read_text())["arms"]
     assert list(arms) == ["baseline-1"], f"an A/B was spent on a control that did nothing: {list(arms)}"
     assert_restored(before)
 
 
 def test_tree_failing_at_graph_capture_is_named_by_its_cause_and_restored(evidence):
-    lab("sh", "-c", f"mkdir -p {Path(FAULTS).parent} && echo capture_fails_on:NCCL_ALGO=Tree > {FAULTS}")
     before = state()
-    result = rollout(evidence, "Tree")
-    assert result.returncode != 0
-    message = re.sub(r"\s+", " ", result.stdout)
+    message, run = failed_rollout(evidence, "capture_fails_on:NCCL_ALGO=Tree", "Tree")
     cause = "Exception: Capture cuda graph failed: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"
     assert "failed and the original was restored and proven" in message, message[-3000:]
     assert cause in message, message[-3000:]
-    run, = sorted(Path(evidence).glob("*/rollout-*"))
     card = (run / "result-card.md").read_text()
     assert "cuda-graph-capture" in card and cause in card, card
     assert_restored(before)
