@@ -337,19 +337,14 @@ def render_card(run):
     return "\n".join(lines)
 
 
-def plot(run, dest):
-    try:
-        import matplotlib
-    except ImportError:  # a machine without matplotlib still gets its decision and card
-        return False
-
-    matplotlib.use("Agg")
+def figure(arms):
+    """The cells figure: E2E per request of each arm, a panel per cell, y from zero (a reader compares
+    the boxes' sizes, and a cut axis makes a small difference look large). None without cells."""
     import matplotlib.pyplot as plt
 
-    arms = load(run, "cells.json", {}).get("arms", {})
     names = [c["name"] for c in arms.get("baseline-1", [])]
     if not names:
-        return False
+        return None
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         data, labels = [], []
@@ -361,7 +356,23 @@ def plot(run, dest):
         ax.boxplot(data, tick_labels=labels)
         ax.set_title(f"cell {name}: E2E per request")
         ax.set_ylabel("ms")
+        ax.set_ylim(0, max((max(d) for d in data if d), default=1.0) * 1.1)  # headroom above the largest
     fig.tight_layout()
+    return fig
+
+
+def plot(run, dest):
+    try:
+        import matplotlib
+    except ImportError:  # a machine without matplotlib still gets its decision and card
+        return False
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = figure(load(run, "cells.json", {}).get("arms", {}))
+    if fig is None:
+        return False
     fig.savefig(dest, dpi=80)
     plt.close(fig)
     return True

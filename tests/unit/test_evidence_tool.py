@@ -60,3 +60,24 @@ def test_card_telemetry_from_real_h200_readings_and_without_nvml():
     assert evidence.telemetry_text([{"available": False, "reason": "no NVML: libnvidia-ml.so.1 not found"}]) == (
         "not recorded (no NVML: libnvidia-ml.so.1 not found)")
     assert evidence.telemetry_text(None) == "not recorded (no readings)"
+
+
+def test_the_cells_figure_starts_its_y_axes_at_zero():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def cell(name, e2e):
+        return {"name": name, "requests": [{"e2e_s": v, "error": None} for v in e2e]}
+
+    # Two arms 2 % apart around 1 s: an axis cut at the data would make them look far apart.
+    arms = {"baseline-1": [cell("1k", [1.00, 1.01, 0.99]), cell("4k", [2.0, 2.02, 1.98])],
+            "candidate": [cell("1k", [1.02, 1.03, 1.01]), cell("4k", [2.04, 2.05, 2.03])]}
+    fig = evidence.figure(arms)
+    try:
+        assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0]
+        assert [ax.get_title() for ax in fig.axes] == ["cell 1k: E2E per request", "cell 4k: E2E per request"]
+    finally:
+        plt.close(fig)
+    assert evidence.figure({}) is None
