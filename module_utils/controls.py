@@ -296,10 +296,6 @@ def public_flags():
     return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "arg"}
 
 
-def public_env():
-    return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "env"}
-
-
 # ---- proof from the engine's own start-up output ---------------------------------------------
 
 def _arg_proof(engine, text, change):
@@ -308,8 +304,6 @@ def _arg_proof(engine, text, change):
     name, value = change["name"], change.get("value")
     if value is not None:
         effect = arg_effect(engine, text, name, "" if value is True else value)
-        if not effect["proven"] and name == "--speculative-config" and isinstance(effect["reported"], dict):
-            effect["proven"] = effect["reported"] == json.loads(value)
         return effect["proven"], f"{effect['key']}={effect['expected']!r} in the engine's configuration dump", \
             effect["why"] or f"{effect['key']}={effect['reported']!r}"
     key = name.lstrip("-").replace("-", "_")

