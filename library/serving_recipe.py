@@ -30,7 +30,7 @@ description:
     NCCL_CONF_FILE or ~/.nccl.conf of the service user, /etc/nccl.conf - and the running main
     process's and workers' NCCL_* environment), and refuses an env candidate that a
     higher-precedence source would override or that would not change the effective value.
-  - Read-only unless C(dest) or C(copy_dir) is given - then it writes the rendered candidate unit to
+  - Read-only unless C(dest) is given - then it writes the rendered candidate unit to
     C(dest) and the candidate's own EnvironmentFile copies into C(copy_dir) (atomically, only when they
     differ; changed=true). In check mode it reports (and diffs) what it would write and writes nothing.
 options:

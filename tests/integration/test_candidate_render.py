@@ -188,3 +188,25 @@ def test_systemds_reading_proves_the_rendered_candidate_and_the_secret_only_as_a
     proof = re.search(r"TASK \[serving_recipe : Compare systemd's readings of the original and the candidate\] \*+\n"
                       r"ok: \[lab-gpu-1\]", result.stdout)
     assert proof, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"serving_recipe_candidate_id": "nccl-algo", "serving_recipe_control_value": "Ring; rm -rf /"},
+     "control 'nccl-algo': 'Ring; rm -rf /' is not a value matching"),
+    ({"serving_recipe_candidate_id": "nccl-min-nchannels", "serving_recipe_control_value": "0"},
+     "control 'nccl-min-nchannels' needs an integer 1-64, got '0'"),
+    ({"serving_recipe_candidate_id": "custom",
+      "serving_recipe_custom_change": {"kind": "env", "name": "NCCL_IB_HCA", "value": "mlx5"}},
+     "a custom candidate declares how the engine proves it"),
+    ({"serving_recipe_candidate_id": "engine-image",
+      "serving_recipe_control_value": "lmsysorg/sglang@sha256:" + "ef" * 32},
+     "process unit runs no container image"),
+])
+def test_a_bad_catalog_setting_is_refused_by_name_before_anything_is_written(extra, message):
+    before = lab("sha256sum", "/etc/systemd/system/sglang.service").stdout
+    result = render(**extra)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0 and message in text, text[-2000:]
+    assert lab("test", "-e", "/var/lib/serving-rollout", check=False).returncode == 1
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("sha256sum", "/etc/systemd/system/sglang.service").stdout == before
