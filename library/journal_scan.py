@@ -108,7 +108,7 @@ from ansible.module_utils.engine_adapters import arg_effect, collectives, read_l
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
-from ansible.module_utils.unit_recipe import REDACTED, is_public_flag
+from ansible.module_utils.unit_recipe import REDACTED, is_public_flag, is_public_name
 
 
 def proven_arg(engine, text, change):
@@ -122,14 +122,20 @@ def proven_arg(engine, text, change):
     return effect
 
 
-def shown_proof(proof, change):
-    """A proof as evidence may show it: a value off the allow-list never appears."""
-    name = change.get("name") or ""
-    public = is_public_flag(name) if change.get("kind") == "arg" else True  # env: the line is NCCL's, redacted already
-    if not public and change.get("value") not in (None, True):
-        value = str(change["value"])
-        proof = {k: v.replace(value, REDACTED) if isinstance(v, str) else v for k, v in proof.items()}
-    return proof
+def shown_proof(proof, change, arg_shown=None):
+    """A proof as evidence may show it: for a flag or variable off the allow-list, neither the
+    candidate's value nor the one the engine reports appears (an arg's reason is proven_arg's,
+    already redacted)."""
+    kind, name, value = change.get("kind"), change.get("name") or "", change.get("value")
+    public = is_public_flag(name) if kind == "arg" else is_public_name(name) if kind == "env" else True
+    if public:
+        return proof
+    shown = dict(proof)
+    if value not in (None, True):
+        shown["expected"] = proof["expected"].replace(str(value), REDACTED)
+    if proof["saw"]:
+        shown["saw"] = (arg_shown or {}).get("why") or f"another value of {name} ({REDACTED})"
+    return shown
 
 
 def judge(engine, lines, known=(), stop_requested=False, extra=()):
@@ -215,7 +221,8 @@ def main():
         scan["arg_effect"] = proven_arg(p["engine"], "\n".join(lines), p["change"])
     if p["proof"]:
         try:
-            scan["proof"] = shown_proof(prove(p["proof"], p["change"], p["engine"], "\n".join(lines), scan), p["change"])
+            proof = prove(p["proof"], p["change"], p["engine"], "\n".join(lines), scan)
+            scan["proof"] = shown_proof(proof, p["change"], scan.get("arg_effect"))
         except ControlError as exc:
             module.fail_json(msg=str(exc))
     module.exit_json(changed=False, scan=scan)

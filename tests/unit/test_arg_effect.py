@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils import engine_adapters
+from ansible.module_utils import controls, engine_adapters
 from conftest import REPO
 from gate_qualification import not_qualified_records
 
@@ -82,3 +82,20 @@ def test_the_lab_engines_collectives_are_gloo_and_nccls_own_lines_are_nccl():
     nccl = [e for e in corpus if "NCCL INFO NCCL version" in e["excerpt"]]
     assert nccl and all(engine_adapters.collectives(e["excerpt"])[0] == "nccl" for e in nccl)
     assert engine_adapters.collectives("INFO:     Application startup complete.") == (None, None)
+
+
+def test_a_proof_of_a_flag_or_variable_off_the_allow_list_shows_no_value():
+    # Custom controls on a secret-bearing flag and variable: neither the candidate's value nor the one
+    # the engine reports reaches the proof that evidence keeps.
+    line = "(APIServer pid=1) INFO 12-02 01:04:16 [api_utils.py:286] non-default args: {'api_key': ['sk-live-123']}"
+    change = {"kind": "arg", "name": "--api-key", "value": "sk-other-456"}
+    proof = journal_scan.shown_proof(controls.prove({"kind": "engine_arg"}, change, "vllm", line, {}), change,
+                                     proven_arg("vllm", line, change))
+    assert not proof["proven"] and "sk-" not in str(proof), proof
+    assert proof["saw"] == "vllm reports another value of api_key", proof
+    nccl = "host:1:1 [0] NCCL INFO HF_TOKEN set by environment to hf_live_789"
+    env = {"kind": "env", "name": "HF_TOKEN", "value": "hf_other_012"}
+    scan = {"nccl": {"settings": {"HF_TOKEN": "hf_live_789"}}}
+    proof = journal_scan.shown_proof(controls.prove({"kind": "nccl_setting", "name": "HF_TOKEN"}, env, "vllm", nccl,
+                                                    scan), env)
+    assert not proof["proven"] and "hf_" not in str(proof), proof
