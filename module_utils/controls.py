@@ -38,16 +38,16 @@ def _nccl(cid, name, what, default, value, note=""):
         "set": {engine: {"kind": "env", "name": name, "value": "$value"} for engine in ENGINES},
         "value": value, "default": default,
         "proof": {"kind": "nccl_setting", "name": name},
-        "requires": ["capture"], "after": [], "effect_model": None, "note": note,
+        "requires": ["capture"], "after": [], "effect_model": None, "numerics": "reduction-order", "note": note,
     }
 
 
-def _arg(cid, group, what, setters, default, value, requires=(), after=(), note=""):
+def _arg(cid, group, what, setters, default, value, requires=(), after=(), numerics=None, note=""):
     return {
         "id": cid, "group": group, "what": what,
         "set": {engine: {"kind": "arg", "name": flag, "value": "$value"} for engine, flag in setters.items()},
         "value": value, "default": default, "proof": {"kind": "engine_arg"},
-        "requires": list(requires), "after": list(after), "effect_model": None, "note": note,
+        "requires": list(requires), "after": list(after), "effect_model": None, "numerics": numerics, "note": note,
     }
 
 
@@ -58,26 +58,27 @@ CATALOG = [
      "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$p2p_mode"} for engine in ENGINES},
      "value": None, "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
      "proof": {"kind": "nccl_p2p"}, "requires": ["capture", "peer_path"], "after": [],
-     "effect_model": "decode_probe",
+     "effect_model": "decode_probe", "numerics": "exact",
      "note": "P2P both directions on every rank pair, no SHM, from NCCL's channel lines"},
     {"id": "cumem", "group": "transport",
      "what": "NCCL's cuMem allocator: the NCCL_CUMEM_ENABLE override is removed (NCCL's own choice)",
      "set": {engine: {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None} for engine in ENGINES},
      "value": None, "default": {engine: "NCCL's autodetection (on from 2.19 where supported)" for engine in ENGINES},
      "proof": {"kind": "nccl_transport", "transports": ["P2P/CUMEM"]}, "requires": ["capture"], "after": [],
-     "effect_model": None, "note": "shows only on P2P connections (via P2P/CUMEM)"},
+     "effect_model": None, "numerics": "exact", "note": "shows only on P2P connections (via P2P/CUMEM)"},
     {"id": "custom-all-reduce", "group": "transport",
      "what": "the engine's custom all-reduce kernel: --disable-custom-all-reduce is removed",
      "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None} for engine in ENGINES},
      "value": None, "default": {engine: "on where the engine's own P2P check passes" for engine in ENGINES},
      "proof": {"kind": "custom_all_reduce", "state": "enabled"}, "requires": ["peer_path"], "after": [],
-     "effect_model": None, "note": "the engine switches it off itself on more than two PCIe GPUs: then 'no effect'"},
+     "effect_model": None, "numerics": "kernels",
+     "note": "the engine switches it off itself on more than two PCIe GPUs: then 'no effect'"},
     {"id": "disable-custom-all-reduce", "group": "all-reduce",
      "what": "turn the engine's custom all-reduce off (--disable-custom-all-reduce added), NCCL all-reduce instead",
      "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": True} for engine in ENGINES},
      "value": None, "default": {engine: "custom all-reduce on where supported" for engine in ENGINES},
      "proof": {"kind": "custom_all_reduce", "state": "disabled"}, "requires": [], "after": [],
-     "effect_model": None, "note": ""},
+     "effect_model": None, "numerics": "kernels", "note": ""},
     # ---- NCCL tuning (the 8-GPU PCIe handoff's list) ----
     _nccl("nccl-algo", "NCCL_ALGO", "NCCL's collective algorithms (Ring, Tree, NVLS, ...; NCCL's list syntax)",
           {e: "NCCL chooses per size" for e in ENGINES}, {"pattern": _NCCL_LIST},
@@ -105,11 +106,11 @@ CATALOG = [
          {"pattern": r"^\d+(?:[ ,]\d+)*$"}),
     _arg("flashinfer-allreduce-fusion", "all-reduce", "FlashInfer's fused all-reduce + residual + RMSNorm",
          {"sglang": "--enable-flashinfer-allreduce-fusion"}, {"sglang": "off"}, {"switch": True},
-         requires=["peer_path"]),
+         requires=["peer_path"], numerics="kernels"),
     _arg("mscclpp", "all-reduce", "MSCCL++ all-reduce for small messages", {"sglang": "--enable-mscclpp"},
-         {"sglang": "off"}, {"switch": True}, requires=["peer_path"]),
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels"),
     _arg("torch-symm-mem", "all-reduce", "torch symmetric-memory all-reduce", {"sglang": "--enable-torch-symm-mem"},
-         {"sglang": "off"}, {"switch": True}, requires=["peer_path"]),
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels"),
     # ---- scheduler ----
     _arg("chunked-prefill", "scheduler", "the prefill chunk budget in tokens per step",
          {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"},
@@ -125,7 +126,7 @@ CATALOG = [
      "set": {"sglang": {"kind": "speculative", "value": "$value"},
              "vllm": {"kind": "arg", "name": "--speculative-config", "value": "$value"}},
      "value": {"speculative": True}, "default": {e: "no speculation" for e in ENGINES},
-     "proof": {"kind": "engine_arg"}, "requires": [], "after": [], "effect_model": None,
+     "proof": {"kind": "engine_arg"}, "requires": [], "after": [], "effect_model": None, "numerics": None,
      "note": "a speed-up is claimed only against a no-spec arm: a candidate that changes an original's "
              "speculation is compared with that speculation, never called a speculation speed-up"},
     # ---- engine upgrades: operators report they regress more than flags do ----
@@ -134,14 +135,14 @@ CATALOG = [
      "set": {engine: {"kind": "image", "value": "$value"} for engine in ENGINES},
      "value": {"pattern": r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$"},
      "default": {engine: "the original's image" for engine in ENGINES},
-     "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None,
+     "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None, "numerics": "kernels",
      "note": "proven when the runtime runs the new digest and the engine reports its version; container units only"},
     # ---- the seed plan's composite id: one of its two settings per candidate, only after transport is
     # stable (the seed plan's own rule; the catalog's scheduler controls run on their own anywhere) ----
     {"id": "scheduler-and-speculation", "group": "scheduler",
      "what": "the seed plan's scheduler-or-speculation step: {chunked_prefill_size: N} or {speculative: {...}}",
      "one_of": {"chunked_prefill_size": "chunked-prefill", "speculative": "speculative"},
-     "requires": ["transport_stable"], "after": ["transport"], "effect_model": None, "note": ""},
+     "requires": ["transport_stable"], "after": ["transport"], "effect_model": None, "numerics": None, "note": ""},
 ]
 BY_ID = {entry["id"]: entry for entry in CATALOG}
 # A plan's operator-declared control: {kind, name, value, proof}; its proof is required.
@@ -291,6 +292,12 @@ def effect_model(control_id):
     return None if control_id == CUSTOM else entry(control_id).get("effect_model")
 
 
+def numerics(control_id):
+    """How far this control may move the engine's numbers (module_utils/equivalence.py TOLERANCES):
+    exact, reduction-order or kernels; None: the probe's figures are recorded, not judged."""
+    return None if control_id == CUSTOM else entry(control_id).get("numerics")
+
+
 def public_flags():
     """Engine flags the catalog sets: known non-secret, so evidence may show their values."""
     return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "arg"}
@@ -385,7 +392,8 @@ def _setter_text(setter):
 
 def table():
     """The catalog as the README's markdown table."""
-    rows = ["| id | group | SGLang | vLLM | proven by | needs first |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| id | group | SGLang | vLLM | proven by | numerics | needs first |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for item in CATALOG:
         if "one_of" in item:
             sglang = vllm = "one of: " + ", ".join(f"`{k}` ({v})" for k, v in item["one_of"].items())
@@ -394,5 +402,6 @@ def table():
             sglang, vllm = (_setter_text(item["set"][e]) if e in item["set"] else "-" for e in ENGINES)
             proof = item["proof"]["kind"]
         needs = ", ".join(item["requires"] + [f"after {g}" for g in item["after"]]) or "-"
-        rows.append(f"| `{item['id']}` | {item['group']} | {sglang} | {vllm} | {proof} | {needs} |")
+        numbers = item.get("numerics") or "recorded"
+        rows.append(f"| `{item['id']}` | {item['group']} | {sglang} | {vllm} | {proof} | {numbers} | {needs} |")
     return "\n".join(rows)

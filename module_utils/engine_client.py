@@ -87,12 +87,13 @@ def chat(base_url, body, api_key=None, timeout=60.0, request_id=None):
     """POST /v1/chat/completions and time it from the client's side.
 
     Returns {ok, status, ttft_s, e2e_s, content, tool_calls, usage, finish_reason,
-    chunks, error}. ttft_s is the time to the first content (or tool call) chunk for a
+    chunks, logprobs, error} (logprobs: the choice's, non-streamed only). ttft_s is the time
+    to the first content (or tool call) chunk for a
     streamed request, and equals e2e_s for a non-streamed one.
     """
     result = {"ok": False, "status": None, "ttft_s": None, "e2e_s": None, "content": None,
               "tool_calls": [], "usage": None, "finish_reason": None, "chunks": 0,
-              "error": None}
+              "logprobs": None, "error": None}
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -121,6 +122,7 @@ def chat(base_url, body, api_key=None, timeout=60.0, request_id=None):
                 result["tool_calls"] = message.get("tool_calls") or []
                 result["usage"] = doc.get("usage")
                 result["finish_reason"] = doc["choices"][0].get("finish_reason")
+                result["logprobs"] = doc["choices"][0].get("logprobs")  # asked with "logprobs": true
         result["e2e_s"] = time.perf_counter() - started
         conn.close()
     except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:

@@ -5,7 +5,7 @@ executor (serving_rollout/plan.py) both use it."""
 import json
 from pathlib import Path
 
-from serving_rollout.module_utils import controls
+from serving_rollout.module_utils import controls, equivalence
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "candidate-plan.schema.json"
 
@@ -88,10 +88,15 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
             setting = value if value not in (None, "") else entry.get("value", custom or entry.get("control"))
             change = controls.change_for(candidate_id, engine, setting, p2p_mode)
             proof = controls.proof_for(candidate_id, change)
+        # how far the numbers may move: the plan entry's word, else the catalog's (None: recorded only)
+        numerics = entry.get("numerics", controls.numerics(candidate_id))
+        equivalence.tolerance(numerics)
     except controls.ControlError as exc:
         raise PlanError(str(exc)) from exc
+    except equivalence.EquivalenceError as exc:
+        raise PlanError(f"candidate {candidate_id!r}: bad numerics: {exc}") from exc
     return {"id": candidate_id, "change": change, "proof": proof, "group": controls.group(candidate_id),
-            "effect_model": controls.effect_model(candidate_id),
+            "effect_model": controls.effect_model(candidate_id), "numerics": numerics,
             "engine": engine, "in_plan": bool(listed),
             "plan_change": entry.get("change"), "gate": entry.get("gate"),
             "prerequisites": entry.get("prerequisites", [])}

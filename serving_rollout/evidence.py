@@ -64,6 +64,11 @@ def decision_record(run):
         reasons.append(kv["reason"])
     if kv and kv["verdict"] == "lost" and not kv["accepted"]:
         final = "reject"  # fewer tokens fit: under load it serves fewer requests, whatever its latency
+    same = numerics(run)
+    if same and same.get("original_self") and same["original_self"]["verdict"] == "fail":
+        reasons.append(same["reason"])
+        if final == "acceptable":  # the host's numbers move with no change: the candidate's cannot be judged
+            final = "inconclusive"
     return {"schema": DECISION_SCHEMA, "run_id": outcome.get("run_id"), "host": outcome.get("host"),
             "candidate_id": outcome.get("candidate_id"), "verdict": final, "rule": verdict.get("rule"),
             "method": verdict.get("method"), "requests_per_arm": requests_per_arm(run),
@@ -71,8 +76,40 @@ def decision_record(run):
             "promotion_allowed": final == "acceptable" and bool(outcome.get("restored")),
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
-            "kv_capacity": kv, "single_stream_decode_tps": single_stream_decode(run),
+            "kv_capacity": kv, "numerics": same, "single_stream_decode_tps": single_stream_decode(run),
             "versions": versions(run)}
+
+
+def _figures(record):
+    comparison = (record or {}).get("comparison") or {}
+    return {"verdict": record.get("verdict"), "identical": comparison.get("identical"),
+            "prompts": comparison.get("prompts"), "agreement": comparison.get("agreement"),
+            "first_divergence": comparison.get("first_divergence"),
+            "max_logprob_drift": comparison.get("max_logprob_drift"), "reason": record.get("reason")}
+
+
+def numerics(run):
+    """The numerical-equivalence probe (numerics.json): the candidate against the original's greedy
+    answers, and the restored original against them (its A/A); None for a run without the probe."""
+    record = load(run, "numerics.json") or {}
+    if not record.get("enabled") or not record.get("reference"):
+        return None
+    tolerance = record.get("tolerance")
+    out = {"tolerance": tolerance if tolerance not in ("", {}) else None,
+           "prompts": record["reference"].get("prompts"), "tokens": record["reference"].get("tokens"),
+           "candidate": _figures(record["candidate"]) if record.get("candidate") else None,
+           "original_self": _figures(record["restored"]) if record.get("restored") else None}
+    candidate, itself = out["candidate"], out["original_self"]
+    if candidate is None:
+        out["reason"] = "numerics: the candidate was not probed (it failed before its gates passed)"
+    elif itself and itself["verdict"] == "fail":
+        out["reason"] = (f"numerics not to be trusted on this host: the restored original disagreed with its own "
+                         f"reference ({itself['reason']})")
+    else:
+        out["reason"] = f"numerics {candidate['verdict']}: {candidate['reason']}" + (
+            f"; the restored original agreed with itself ({itself['identical']}/{itself['prompts']} identical)"
+            if itself else "")
+    return out
 
 
 def versions(run):
@@ -247,6 +284,12 @@ def render_card(run):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)
         lines += [f"{kv['reason']}." + (f" Concurrency the engine states: {stated}." if stated else ""), ""]
+    if decision.get("numerics"):
+        same, tolerance = decision["numerics"], decision["numerics"]["tolerance"]
+        judged = tolerance if isinstance(tolerance, str) else json.dumps(tolerance) if tolerance else \
+            "none (recorded, not judged)"
+        lines += [f"Numerical equivalence ({same['prompts']} fixed prompts x {same['tokens']} greedy tokens, "
+                  f"tolerance {judged}): {same['reason']}.", ""]
     if decision.get("versions"):
         before, after = decision["versions"]["original"], decision["versions"]["candidate"]
         lines += [f"Engine upgrade (each side's own report): engine {before['engine']} -> {after['engine']}; "

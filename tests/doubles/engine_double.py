@@ -52,6 +52,11 @@ Configuration (environment, all optional):
       slowdown:F              every latency of this process F longer (0.5: 1.5x): a sure reject
       kv_loss:F               the KV cache holds F (0-1) fewer tokens (its start-up report says so,
                               and the concurrency it states falls with it)
+      corrupt_tokens:R        silent corruption (zeroed peer copies under the IOMMU): each token of a free-text
+                              answer is a wrong one with probability R, the gates' structured answers stay
+                              right and every latency is unchanged
+      numerics:D              other rounding (another reduction order or kernels): each chosen token's logprob
+                              moves by up to D, the tokens stay the same
       burst:S:F               for S seconds after ready a noisy neighbour: two busy processes
                               on the host's CPUs and every latency F longer (interference
                               that hits one arm only)
@@ -67,6 +72,7 @@ Configuration (environment, all optional):
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -261,6 +267,35 @@ def answer_words(prompt, max_tokens, faults):
     return [f"word{i}" for i in range(max_tokens)]
 
 
+def _digest(prompt, position):
+    return hashlib.sha256(f"{prompt}\0{position}".encode()).digest()
+
+
+def corrupt(words, prompt, rate, rng):
+    """A wrong token in place of each word with probability `rate` (the corruption fault)."""
+    return [f"garbled{_digest(prompt, j)[5] % 97}" if rate and rng.random() < rate else word
+            for j, word in enumerate(words)]
+
+
+def token_logprobs(prompt, words, faults):
+    """OpenAI chat logprobs of greedy choices: each position's logprob and runner-up from a hash of the
+    prompt and position (so every arm of the same model reports the same numbers), a confident choice
+    (it leads its runner-up by 0.6-4.6 nats); numerics:D moves each chosen logprob by up to D."""
+    shift = float(faults.get("numerics") or 0.0)
+    content = []
+    for j, word in enumerate(words):
+        d = _digest(prompt, j)
+        chosen = -(0.001 + d[0] / 255 * 0.05) + shift * (d[3] / 255 * 2 - 1)
+        chosen = min(chosen, 0.0)
+        if word.startswith("garbled"):  # garbage logits: a wrong token, chosen with little confidence
+            chosen = -(1.0 + d[2] / 255 * 2)
+        runner_up = chosen - (0.6 + d[1] / 255 * 4)
+        content.append({"token": word, "logprob": round(chosen, 6), "bytes": list(word.encode()), "top_logprobs": [
+            {"token": word, "logprob": round(chosen, 6)},
+            {"token": f"alt{d[4] % 50}", "logprob": round(runner_up, 6)}]})
+    return {"content": content}
+
+
 class Engine:
     def __init__(self, args, env):
         self.args = args
@@ -269,6 +304,7 @@ class Engine:
         self.cumem = env.get("NCCL_CUMEM_ENABLE", "0") == "1"
         self.custom_ar = not args.disable_custom_all_reduce
         self.faults = faults_for(env, custom_ar=self.custom_ar)
+        self.corruption = random.Random()  # fresh entropy: the detection rate is measured over many runs
         self.model = LatencyModel(
             env, {"p2p": self.p2p, "cumem": self.cumem, "custom_ar": self.custom_ar}
         )
@@ -597,9 +633,11 @@ def make_handler(engine):
                 message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
                 if tool_calls:
                     message["tool_calls"] = tool_calls
+                choice = {"index": 0, "message": message, "finish_reason": finish}
+                if body.get("logprobs") and not tool_calls:
+                    choice["logprobs"] = token_logprobs(prompt, words, engine.faults)
                 self.send_json(200, {"id": ident, "object": "chat.completion",
-                                     "model": engine.model_id, "usage": usage, "choices": [
-                                         {"index": 0, "message": message, "finish_reason": finish}]})
+                                     "model": engine.model_id, "usage": usage, "choices": [choice]})
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -636,7 +674,11 @@ def make_handler(engine):
                 if schema.get("type", "object") == "object" and not value:
                     value = {"answer": "ok"}
                 return json.dumps(value).split(" "), None
-            return answer_words(prompt, max_tokens, engine.faults), None
+            words = answer_words(prompt, max_tokens, engine.faults)
+            if words and words[0].startswith("word"):  # free text only: the gates' answers stay right
+                words = corrupt(words, prompt, float(engine.faults.get("corrupt_tokens") or 0),
+                                engine.corruption)
+            return words, None
 
     return Handler
 

@@ -68,7 +68,15 @@ def test_an_nccl_tuning_control_is_proven_by_nccls_own_setting_line(evidence):
     proof = json.loads((run / "journal-excerpts.json").read_text())["candidate"]["proof"]
     assert proof == {"kind": "nccl_setting", "proven": True, "saw": "",
                      "expected": "NCCL INFO NCCL_ALGO set by environment to Ring"}, proof
-    assert json.loads((run / "decision.json").read_text())["candidate_id"] == "nccl-algo"
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["candidate_id"] == "nccl-algo"
+    # the numerical-equivalence probe ran on all three arms: the candidate within NCCL tuning's
+    # tolerance, the restored original identical to its own reference (the A/A)
+    numerics = decision["numerics"]
+    assert numerics["tolerance"] == "reduction-order" and numerics["candidate"]["verdict"] == "pass", numerics
+    assert numerics["original_self"]["identical"] == numerics["prompts"] == 8, numerics
+    assert "Numerical equivalence (8 fixed prompts x 16 greedy tokens, tolerance reduction-order): numerics pass" \
+        in (run / "result-card.md").read_text()
     assert_restored(before)
 
 
@@ -92,4 +100,22 @@ def test_tree_failing_at_graph_capture_is_named_by_its_cause_and_restored(eviden
     assert cause in message, message[-3000:]
     card = (run / "result-card.md").read_text()
     assert "cuda-graph-capture" in card and cause in card, card
+    assert_restored(before)
+
+
+
+def test_silent_corruption_on_the_changed_path_fails_the_numerics_probe_and_is_restored(evidence):
+    """Every gate passes and every latency is unchanged (the double's corrupt_tokens fault, as zeroed
+    peer copies under the IOMMU): only the greedy answers show it. No A/B is spent on it."""
+    before = state()
+    message, run = failed_rollout(evidence, "corrupt_tokens:0.2", "Ring")
+    assert "failed and the original was restored and proven" in message, message[-3000:]
+    assert "numerics (nccl-algo): numerics differ beyond reduction-order: prompt " in message, message[-3000:]
+    assert "-> 'garbled" in message and "where the original's choice led by" in message, message[-3000:]
+    gates = json.loads((run / "gates.json").read_text())["candidate"]
+    assert gates and all(g["verdict"] == "pass" for g in gates), gates  # the gates alone would have passed it
+    assert list(json.loads((run / "cells.json").read_text())["arms"]) == ["baseline-1"]
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject" and decision["numerics"]["candidate"]["verdict"] == "fail", decision
+    assert decision["numerics"]["original_self"]["verdict"] == "pass"  # the original was not what moved
     assert_restored(before)

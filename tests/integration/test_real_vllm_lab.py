@@ -129,6 +129,13 @@ def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_res
     # half again or more on this CPU: the decision must follow that true effect.
     decision = json.loads((run / "decision.json").read_text())
     assert decision["verdict"] == "reject", decision
+    # The numerical-equivalence probe on the real engine: the scheduler's numbers are recorded, not
+    # judged (chunked prefill legitimately rounds differently); the restored original, a new vLLM
+    # process, reproduced its own greedy answers exactly (the A/A; bench/bench_numerics.py).
+    numerics = decision["numerics"]
+    assert numerics["tolerance"] is None and numerics["candidate"]["verdict"] == "recorded", numerics
+    assert numerics["original_self"]["identical"] == numerics["prompts"] == 8, numerics
+    assert numerics["original_self"]["max_logprob_drift"] == 0.0, numerics
     verdict = json.loads((run / "ab-verdict.json").read_text())
     assert verdict["cells"] and all(set(c["failures"].values()) == {0} for c in verdict["cells"]), verdict
     gates = json.loads((run / "gates.json").read_text())
