@@ -19,7 +19,7 @@ display = Display()
 # What latency_cell takes from this task as it is; the plugin sets name, arm, first_index, requests,
 # reference_conditions and the remeasure settings itself.
 CELL_ARGS = ("base_url", "model", "api_key_var", "env_files", "contract_words", "contract", "timeout_s",
-             "concurrency", "remeasure_max", "condition_limits")
+             "concurrency", "remeasure_max", "condition_limits", "engine")
 
 
 class ActionModule(ActionBase):
@@ -34,11 +34,13 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "host")
         try:
             name = args["cell"]["name"]
-            n = arm.cell_size(args["arm"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
-                              bool(args.get("sequential", True)))
+            # a throughput cell carries its own concurrency (and requests): whole waves per chunk
+            requests, chunk, bracket, concurrency = arm.cell_shape(
+                args["cell"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
+                int(args.get("concurrency") or 1))
+            n = arm.cell_size(args["arm"], requests, chunk, bracket, bool(args.get("sequential", True)))
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"latency_arm: bad arguments: {exc!r} in {dict(args)!r:.300}") from exc
-        chunk = int(args["chunk"])
         first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
         reference = first.get("conditions") if first and args["arm"] != "baseline-1" else None
         looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
@@ -48,7 +50,7 @@ class ActionModule(ActionBase):
             result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
                 **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
                 "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
-                "first_index": start, "requests": min(chunk, n - start),
+                "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
                 **({"reference_conditions": reference} if reference else {})})
             if result.get("failed"):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
@@ -56,8 +58,8 @@ class ActionModule(ActionBase):
             chunks.append(result["cell"])
             so_far = arm.merge_chunks(chunks)
             if looks:
-                look = arm.look_at(so_far, first, look=start // chunk + 1, requests=int(args["requests"]),
-                                   chunk=chunk, bracket=int(args["bracket"]), alpha=float(args.get("alpha", 0.05)),
+                look = arm.look_at(so_far, first, look=start // chunk + 1, requests=requests,
+                                   chunk=chunk, bracket=bracket, alpha=float(args.get("alpha", 0.05)),
                                    cells=int(args.get("cells", 1)), min_effect=float(args.get("min_effect", 0.02)),
                                    rule=args.get("rule"))
             if look.get("stop") or len(so_far["requests"]) >= n:

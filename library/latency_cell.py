@@ -38,6 +38,13 @@ options:
   contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
+  engine:
+    description: >-
+      The engine (its adapter names its /metrics); given, the engine's own /metrics is read before and
+      after the chunk and the difference returned as C(engine_metrics) (requests, TTFT and E2E sums,
+      tokens generated, speculation's accepted tokens and drafts), beside the client's figures.
+    type: str
+    choices: [sglang, vllm, unknown]
   first_index: {description: Index of the first request when the cell runs in chunks., type: int, default: 0}
   reference_conditions:
     description:
@@ -65,7 +72,7 @@ cell:
   description: >-
     name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s,
     conditions (what could disturb the timings), remeasured (discarded attempts and why), disturbed
-    (why the kept attempt still differs from the reference, or null).
+    (why the kept attempt still differs from the reference, or null), engine_metrics (with engine).
   type: dict
   returned: always
 """
@@ -97,6 +104,7 @@ def main():
             "reference_conditions": {"type": "dict"},
             "remeasure_max": {"type": "int", "default": 2},
             "condition_limits": {"type": "dict"},
+            "engine": {"type": "str", "choices": ["sglang", "vllm", "unknown"]},
         },
         supports_check_mode=False,
     )

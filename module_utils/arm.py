@@ -6,6 +6,7 @@ Pure functions; ValueError names the bad value."""
 
 import statistics
 
+from . import engine_metrics
 from .conditions import median_conditions
 
 
@@ -20,6 +21,23 @@ def cell_size(arm, requests, chunk, bracket, sequential):
     if arm == "candidate" or not sequential:
         return requests
     return min(chunk, bracket) if arm == "baseline-2" else bracket
+
+
+def cell_shape(cell, requests, chunk, bracket, concurrency):
+    """(requests, chunk, bracket, concurrency) of one cell: the arm's, or a throughput cell's own
+    `concurrency` and `requests` (its first bracket two thirds of them), its chunks whole waves of
+    `concurrency` requests at least `chunk` long, so every chunk keeps that many in flight."""
+    own = cell.get("concurrency")
+    if own is None and "requests" not in cell:
+        return requests, chunk, bracket, concurrency
+    concurrency = int(own if own is not None else concurrency)
+    requests = int(cell.get("requests", requests))
+    if concurrency < 1 or requests < 2:
+        raise ValueError(f"cell {cell.get('name')!r}: concurrency must be >= 1 and requests >= 2, "
+                         f"got {concurrency} and {requests}")
+    chunk = concurrency * max(1, -(-chunk // concurrency))
+    bracket = chunk * -(-max(chunk, -(-requests * 2 // 3)) // chunk)  # whole chunks: whole waves
+    return requests, chunk, min(bracket, requests), concurrency
 
 
 def merge_chunks(chunks):
@@ -41,6 +59,8 @@ def merge_chunks(chunks):
     cell["conditions"] = median_conditions([c.get("conditions") for c in chunks])
     cell["remeasured"] = [r for c in chunks for r in c.get("remeasured") or []]
     cell["disturbed"] = [c["disturbed"] for c in chunks if c.get("disturbed")]
+    if any("engine_metrics" in c for c in chunks):
+        cell["engine_metrics"] = engine_metrics.merge([c.get("engine_metrics") for c in chunks])
     return cell
 
 

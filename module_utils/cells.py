@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from . import engine_metrics
 from .conditions import (
     BENIGN_CLOCK_EVENTS,
     CONDITION_LIMITS,
@@ -18,6 +19,7 @@ from .conditions import (
     procs_running,
 )
 from .engine_client import chat as http_chat
+from .engine_client import get_text
 from .nvml_facts import decode_clock_events
 from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 
@@ -116,7 +118,8 @@ class Telemetry:
 def run_cell(options):
     """Run one cell, or one chunk of it; options: base_url, model, api_key, requests, concurrency,
     prompt_tokens, contract_words, contract_pattern, timeout_s, telemetry_interval_s, first_index
-    (the index of this chunk's first request within the cell), chat."""
+    (the index of this chunk's first request within the cell), engine (its /metrics window is read
+    beside the client's figures), chat."""
     chat = options.get("chat", http_chat)
     words = options.get("contract_words", 32)
     pattern = re.compile(options.get("contract_pattern", CONTRACT_PATTERN))
@@ -141,17 +144,23 @@ def run_cell(options):
         return request_record(index, result, words, pattern, tokens)
 
     read_stat = options.get("read_stat", read_proc_stat)
+    # the engine's own count of this chunk (its /metrics before and after), beside the client's
+    engine = options.get("engine")
+    scrape = (lambda: engine_metrics.scrape(engine, options["base_url"], api_key=options.get("api_key"),
+                                            get=options.get("get_text", get_text))) if engine else None
+    metrics_before = scrape() if scrape else None
     started = time.monotonic()
     cpu_before = read_stat()
     with Telemetry(options.get("telemetry_interval_s", 1.0)) as telemetry, RunnableSampler() as runnable, \
             ThreadPoolExecutor(max_workers=concurrency) as pool:
         records = list(pool.map(one, range(first, first + n)))
     cpu_after = read_stat()
+    elapsed = time.monotonic() - started
     summary = telemetry.summary()
     conditions = chunk_conditions(cpu_before, cpu_after, summary, telemetry.foreign)
     conditions["cpu_runnable"] = runnable.median()
-    return {"requests": records, "elapsed_s": time.monotonic() - started, "telemetry": summary,
-            "conditions": conditions,
+    return {"requests": records, "elapsed_s": elapsed, "telemetry": summary, "conditions": conditions,
+            "engine_metrics": engine_metrics.window(engine, metrics_before, scrape()) if scrape else None,
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}
                                     for r in records if r["contract_ok"] is False]}

@@ -117,6 +117,11 @@ SGLANG = {
     "kv_cache_tokens": [r"KV Cache is allocated\. #tokens: (\d[\d,]*)", r"max_total_num_tokens=(\d[\d,]*)"],
     # The requests the engine says it will run at once (its scheduler's limit, after the KV cache is sized).
     "max_concurrency": [r"max_running_requests=(\d+)"],
+    # Prometheus /metrics (served with --enable-metrics; sgl-project/sglang docs/references/production_metrics.md):
+    # histograms (_sum, _count), counters (_total); speculation reports its accept length as a gauge.
+    "metrics": {"ttft": "sglang:time_to_first_token_seconds", "e2e": "sglang:e2e_request_latency_seconds",
+                "generated": "sglang:generation_tokens_total", "accept_length": "sglang:spec_accept_length",
+                "enable": "--enable-metrics"},
     # setproctitle names: the scheduler (one per TP rank) holds the GPU memory; orphans reparent to PID 1.
     "process_titles": [r"sglang::scheduler\w*", r"sglang::detokenizer", r"sglang::data_parallel_controller"],
     # SGLang's launch_server exits on SIGTERM and kills its process tree; a scheduler that detached
@@ -189,6 +194,11 @@ VLLM = {
     "kv_cache_tokens": [r"KV cache size: (\d[\d,]*) tokens"],
     # How many requests of the full context length fit in the KV cache at once ("6.49x").
     "max_concurrency": [r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"],
+    # Prometheus /metrics (always served; the lab's vLLM 0.32 answers these names): mean acceptance length
+    # is 1 + accepted / drafts, bonus token included, as vLLM's own SpecDecoding log line computes it.
+    "metrics": {"ttft": "vllm:time_to_first_token_seconds", "e2e": "vllm:e2e_request_latency_seconds",
+                "generated": "vllm:generation_tokens_total", "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+                "drafts": "vllm:spec_decode_num_drafts_total", "enable": None},
     "process_titles": [r"VLLM::EngineCore\w*", r"VLLM::Worker\w*", r"VllmWorkerProcess", r"VLLM::APIServer"],
     # The OpenAI API server waits for open client streams to close on SIGTERM, whatever its
     # shutdown timeout: a stop must have its own deadline and escalate.
@@ -240,6 +250,7 @@ UNKNOWN = {
     "custom_all_reduce": {"enabled": [], "disabled": [], "config_off": []},
     "kv_cache_tokens": [],
     "max_concurrency": [],
+    "metrics": {},
     "process_titles": [],
     "stop": {"waits_for_open_streams": True},
     "examples": {},

@@ -18,6 +18,22 @@ def _connection(base_url, timeout):
     return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
 
 
+def get_text(base_url, path, api_key=None, timeout=10.0):
+    """GET a text document (Prometheus' /metrics); returns {ok, status, text | error}."""
+    try:
+        conn, prefix = _connection(base_url, timeout)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        conn.request("GET", prefix + path, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return {"ok": False, "status": None, "error": f"GET {path}: {type(exc).__name__}: {exc}"}
+    if not 200 <= response.status < 300:
+        return {"ok": False, "status": response.status, "error": f"GET {path}: HTTP {response.status}"}
+    return {"ok": True, "status": response.status, "text": raw.decode("utf-8", "replace")}
+
+
 def get_json(base_url, path, api_key=None, timeout=10.0):
     """GET a JSON document; returns {ok, status, body | error}."""
     try:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from serving_rollout import fleet  # the lock and the atomic writer of index.json
-from serving_rollout.module_utils import capacity, decode_model  # pure, shared with the hosts' modules
+from serving_rollout.module_utils import capacity, decode_model, engine_metrics  # pure, shared with the hosts' modules
 from serving_rollout.module_utils.host_files import free_mib
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
@@ -77,6 +77,7 @@ def decision_record(run):
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
             "kv_capacity": kv, "numerics": same, "single_stream_decode_tps": single_stream_decode(run),
+            "cells_under_load": cells_under_load(run),
             "versions": versions(run)}
 
 
@@ -117,6 +118,33 @@ def versions(run):
     for any other control."""
     record = load(run, "versions.json", {})
     return {side: record[side] for side in ("original", "candidate")} if record.get("candidate") else None
+
+
+def _percentile(values, q):
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, -(-q * len(ordered) // 100) - 1))]
+
+
+def cells_under_load(run):
+    """{cell: {concurrency, arms: {arm: figures}}} of every cell: the client's output tokens/s (all
+    completion tokens over the cell's wall time), TTFT and E2E p50/p90/p99, and the engine's own
+    account from /metrics (module_utils/engine_metrics.py) beside them; {} when no cell ran."""
+    out = {}
+    for arm, cells in load(run, "cells.json", {}).get("arms", {}).items():
+        for cell in cells:
+            answered = [r for r in cell.get("requests", []) if r.get("error") is None]
+            figures = {"requests": len(answered),
+                       "output_tps": round(sum(r.get("completion_tokens") or 0 for r in answered)
+                                           / cell["elapsed_s"], 1) if cell.get("elapsed_s") else None}
+            for key in ("ttft_s", "e2e_s"):
+                values = [r[key] for r in answered if isinstance(r.get(key), int | float)]
+                figures[key] = {f"p{q}": round(_percentile(values, q), 4) for q in (50, 90, 99)} if values else None
+            if cell.get("engine_metrics") is not None:
+                figures["engine"] = engine_metrics.figures(cell["engine_metrics"])
+            entry = out.setdefault(cell["name"], {"concurrency": cell.get("concurrency", 1), "arms": {}})
+            entry["arms"][arm] = figures
+    return out
 
 
 def single_stream_decode(run):
@@ -252,6 +280,31 @@ def looked(cell):
     return f"; judged at look {look['look']} of {look['looks']} against the {look['against']}"
 
 
+def load_lines(cells):
+    """The card's lines of the cells run under load (throughput at the cell's concurrency, latency
+    percentiles) and of the engine's own account beside the client's."""
+    lines = []
+    for name, cell in cells.items():
+        arms = [a for a in ARMS if a in cell["arms"]]
+        if cell["concurrency"] > 1:
+            tps = ", ".join(f"{arm} {cell['arms'][arm]['output_tps']}" for arm in arms)
+            e2e = "; ".join(f"{arm} " + "/".join(f"{v * 1000:.0f}" for v in (cell["arms"][arm]["e2e_s"] or {}).values())
+                            for arm in arms)
+            lines += [f"Throughput at C{cell['concurrency']} ({name}): output tokens/s {tps}; E2E p50/p90/p99 ms "
+                      f"{e2e}.", ""]
+        engine = {arm: cell["arms"][arm].get("engine") for arm in arms if cell["arms"][arm].get("engine")}
+        if engine:
+            said = "; ".join(
+                f"{arm} " + (f"{e['requests']:.0f} requests, mean TTFT {e['ttft_mean_s'] * 1000:.1f} ms, mean E2E "
+                             f"{e['e2e_mean_s'] * 1000:.1f} ms, {e['generated_tokens']:.0f} tokens"
+                             + (f", accept length {e['accept_length']}" if e.get("accept_length") else "")
+                             if e.get("available") and e.get("ttft_mean_s") is not None and e.get("e2e_mean_s")
+                             is not None else f"not read ({e.get('reason')})")
+                for arm, e in engine.items())
+            lines += [f"Engine's own /metrics ({name}): {said}.", ""]
+    return lines
+
+
 def render_card(run):
     run = Path(run)
     outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
@@ -280,6 +333,7 @@ def render_card(run):
         lines += ["Single-stream decode (median tokens/s per arm): " + "; ".join(
             f"{cell} " + ", ".join(f"{arm} {rate:g}" for arm, rate in arms.items())
             for cell, arms in decision["single_stream_decode_tps"].items()) + ".", ""]
+    lines += load_lines(decision.get("cells_under_load") or {})
     if decision.get("kv_capacity"):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)

@@ -313,6 +313,7 @@ class Engine:
         self.ready = threading.Event()
         self.completed = 0
         self.count_lock = threading.Lock()
+        self.served = {"requests": 0, "ttft_sum": 0.0, "e2e_sum": 0.0, "generated": 0}
         self.model_id = args.served_model_name or args.model_path
 
     def log(self, line):
@@ -466,15 +467,37 @@ class Engine:
 
     def token_times(self, started, prompt_tokens, count, extra=1.0):
         """Yields as each of `count` tokens is due: the first after the time to first token, the
-        rest one decode step apart, all scaled by this request's noise factor (and `extra`)."""
+        rest one decode step apart, all scaled by this request's noise factor (and `extra`); the
+        request is counted in /metrics when its last token is out."""
         factor = self.model.request_factor() * (1.0 - float(self.faults.get("speedup") or 0.0)) \
             * (1.0 + float(self.faults.get("slowdown") or 0.0)) * self.burst_factor() * extra
         due = started + self.model.ttft(prompt_tokens) * factor
+        first = None
         for index in range(count):
             if index:
                 due += self.model.decode() * factor
             time.sleep(max(0.0, due - time.monotonic()))
+            first = first if first is not None else time.monotonic() - started
             yield index
+        with self.count_lock:
+            self.served["requests"] += 1
+            self.served["ttft_sum"] += first or 0.0
+            self.served["e2e_sum"] += time.monotonic() - started
+            self.served["generated"] += count
+
+    def metrics_text(self):
+        """Prometheus /metrics in the shape of the engine it plays (the names its adapter reads)."""
+        shape = self.env.get("DOUBLE_SHAPE", "sglang")
+        names = engine_adapters.adapter(shape)["metrics"]
+        label = f'{{model_name="{self.model_id}"}}'
+        with self.count_lock:
+            served = dict(self.served)
+        lines = [f"# TYPE {names['ttft']} histogram", f"{names['ttft']}_sum{label} {served['ttft_sum']}",
+                 f"{names['ttft']}_count{label} {float(served['requests'])}",
+                 f"# TYPE {names['e2e']} histogram", f"{names['e2e']}_sum{label} {served['e2e_sum']}",
+                 f"{names['e2e']}_count{label} {float(served['requests'])}",
+                 f"# TYPE {names['generated']} counter", f"{names['generated']}{label} {float(served['generated'])}"]
+        return "\n".join(lines) + "\n"
 
     def cell_burst(self, is_cell):
         """1 + F for the first N cell requests of a burst_cells:N:F fault (its busy neighbours start with
@@ -577,6 +600,13 @@ def make_handler(engine):
                     self.send_json(503, {"error": "server is starting"})
             elif not engine.ready.is_set():
                 self.send_json(503, {"error": "server is starting"})
+            elif path == "/metrics":
+                data = engine.metrics_text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif path in ("/server_info", "/get_server_info"):
                 self.send_json(200, engine.server_info())
             elif path == "/model_info":

@@ -132,6 +132,12 @@ def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_res
     # The numerical-equivalence probe on the real engine: the scheduler's numbers are recorded, not
     # judged (chunked prefill legitimately rounds differently); the restored original, a new vLLM
     # process, reproduced its own greedy answers exactly (the A/A; bench/bench_numerics.py).
+    # vLLM's own /metrics counted exactly the requests and tokens the client sent and got, in every arm.
+    for arm, arm_cells in json.loads((run / "cells.json").read_text())["arms"].items():
+        for cell in arm_cells:
+            counted = cell["engine_metrics"]
+            assert counted["available"] and counted["requests"] == len(cell["requests"]), (arm, counted)
+            assert counted["generated_tokens"] == sum(r["completion_tokens"] for r in cell["requests"]), (arm, counted)
     numerics = decision["numerics"]
     assert numerics["tolerance"] is None and numerics["candidate"]["verdict"] == "recorded", numerics
     assert numerics["original_self"]["identical"] == numerics["prompts"] == 8, numerics
