@@ -77,7 +77,7 @@ def decision_record(run):
             "promotion": "a separate, explicit human step (promote.yml with the run id)",
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
             "kv_capacity": kv, "numerics": same, "single_stream_decode_tps": single_stream_decode(run),
-            "cells_under_load": cells_under_load(run),
+            "cells_under_load": cells_under_load(run), "speculation": speculation(run),
             "versions": versions(run)}
 
 
@@ -144,6 +144,38 @@ def cells_under_load(run):
                 figures["engine"] = engine_metrics.figures(cell["engine_metrics"])
             entry = out.setdefault(cell["name"], {"concurrency": cell.get("concurrency", 1), "arms": {}})
             entry["arms"][arm] = figures
+    return out
+
+
+def speculation(run):
+    """A speculative candidate's economics per single-stream cell: the accept length its engine
+    reported (/metrics), the verify step it implies (accept length / the candidate's decode tokens/s),
+    and the break-even accept length (that step x the baseline's decode tokens/s): speculation pays
+    only above it. None for any other control. Whether the baseline had no speculation (the only
+    arm a speed-up of speculation may be claimed against) is said too."""
+    recipes = load(run, "recipes.json", {})
+    change = (recipes.get("change") or {}).get("change") or {}
+    if change.get("kind") != "speculative" and change.get("name") != "--speculative-config":
+        return None
+    args = (recipes.get("original") or {}).get("engine_args") or {}
+    out = {"baseline_has_speculation": any(str(flag).startswith("--speculative-") for flag in args), "cells": {}}
+    for name, cell in cells_under_load(run).items():
+        if cell["concurrency"] != 1:
+            continue
+        rates = {arm: figures for arm, figures in single_stream_decode(run).get(name, {}).items()}
+        baseline = [rates[arm] for arm in ("baseline-1", "baseline-2") if rates.get(arm)]
+        engine = (cell["arms"].get("candidate") or {}).get("engine") or {}
+        accept, candidate = engine.get("accept_length"), rates.get("candidate")
+        row = {"accept_length": accept, "candidate_decode_tps": candidate,
+               "baseline_decode_tps": round(statistics.mean(baseline), 1) if baseline else None}
+        if accept and candidate and baseline:
+            step_s = accept / candidate
+            row.update(verify_step_ms=round(step_s * 1000, 2), break_even=round(step_s * row["baseline_decode_tps"], 2))
+            row["pays"] = accept > row["break_even"]
+        else:
+            row["reason"] = ("the engine reported no accept length" + (f" ({engine.get('reason')})"
+                             if engine.get("reason") else "")) if not accept else "no decode rate in an arm"
+        out["cells"][name] = row
     return out
 
 
@@ -280,6 +312,25 @@ def looked(cell):
     return f"; judged at look {look['look']} of {look['looks']} against the {look['against']}"
 
 
+def speculation_lines(spec):
+    """The card's lines of a speculative candidate: accept length, verify step, break-even."""
+    if not spec:
+        return []
+    lines = []
+    for name, row in spec["cells"].items():
+        if "break_even" in row:
+            lines.append(f"Speculation ({name}): accept length {row['accept_length']:g} (the engine's), verify step "
+                         f"{row['verify_step_ms']:g} ms, break-even accept length {row['break_even']:g} against the "
+                         f"baseline's {row['baseline_decode_tps']:g} tokens/s: "
+                         + ("it pays." if row["pays"] else "it does not pay (accept length below break-even)."))
+        else:
+            lines.append(f"Speculation ({name}): not computed: {row['reason']}.")
+    if spec["baseline_has_speculation"]:
+        lines.append("The original already speculates: this compares two speculation settings, never a "
+                     "speed-up of speculation (that needs a no-spec original).")
+    return [*lines, ""]
+
+
 def load_lines(cells):
     """The card's lines of the cells run under load (throughput at the cell's concurrency, latency
     percentiles) and of the engine's own account beside the client's."""
@@ -333,7 +384,7 @@ def render_card(run):
         lines += ["Single-stream decode (median tokens/s per arm): " + "; ".join(
             f"{cell} " + ", ".join(f"{arm} {rate:g}" for arm, rate in arms.items())
             for cell, arms in decision["single_stream_decode_tps"].items()) + ".", ""]
-    lines += load_lines(decision.get("cells_under_load") or {})
+    lines += load_lines(decision.get("cells_under_load") or {}) + speculation_lines(decision.get("speculation"))
     if decision.get("kv_capacity"):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)

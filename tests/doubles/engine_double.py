@@ -57,6 +57,10 @@ Configuration (environment, all optional):
                               right and every latency is unchanged
       numerics:D              other rounding (another reduction order or kernels): each chosen token's logprob
                               moves by up to D, the tokens stay the same
+      spec_accept:L           with --speculative-algorithm: the accept length L (tokens per verify step, bonus
+                              included; default DOUBLE_SPEC_ACCEPT_LENGTH, 2.0); each step costs
+                              DOUBLE_SPEC_STEP_MS (default 2.5 decode steps), so a token takes step / L and
+                              speculation pays only above L = 2.5 (the handoff: 2.46 at a 30 ms verify)
       burst:S:F               for S seconds after ready a noisy neighbour: two busy processes
                               on the host's CPUs and every latency F longer (interference
                               that hits one arm only)
@@ -308,6 +312,12 @@ class Engine:
         self.model = LatencyModel(
             env, {"p2p": self.p2p, "cumem": self.cumem, "custom_ar": self.custom_ar}
         )
+        # Speculative decoding: a token costs one verify step over the accept length.
+        self.accept_length = None
+        if args.speculative_algorithm:
+            self.accept_length = float(self.faults.get("spec_accept") or env.get("DOUBLE_SPEC_ACCEPT_LENGTH", "2.0"))
+            step_s = float(env.get("DOUBLE_SPEC_STEP_MS", 0) or 0) / 1000 or 2.5 * self.model.decode_per_token
+            self.model.decode_per_token = step_s / self.accept_length
         if "drift" in self.faults:
             self.model.drift_per_min = float(self.faults["drift"] or "0.1")
         self.ready = threading.Event()
@@ -462,6 +472,9 @@ class Engine:
             "disable_custom_all_reduce": a.disable_custom_all_reduce,
             "chunked_prefill_size": a.chunked_prefill_size,
             "speculative_algorithm": a.speculative_algorithm,
+            "speculative_num_steps": a.speculative_num_steps,
+            "speculative_eagle_topk": a.speculative_eagle_topk,
+            "speculative_num_draft_tokens": a.speculative_num_draft_tokens,
             "port": a.port,
         }
 
@@ -497,6 +510,12 @@ class Engine:
                  f"# TYPE {names['e2e']} histogram", f"{names['e2e']}_sum{label} {served['e2e_sum']}",
                  f"{names['e2e']}_count{label} {float(served['requests'])}",
                  f"# TYPE {names['generated']} counter", f"{names['generated']}{label} {float(served['generated'])}"]
+        if self.accept_length and names.get("accept_length"):  # SGLang: a gauge
+            lines += [f"# TYPE {names['accept_length']} gauge", f"{names['accept_length']}{label} {self.accept_length}"]
+        elif self.accept_length:  # vLLM: counters, accept length = 1 + accepted / drafts
+            drafts = served["generated"] / self.accept_length
+            accepted = drafts * (self.accept_length - 1)
+            lines += [f"{names['drafts']}{label} {drafts}", f"{names['accepted']}{label} {accepted}"]
         return "\n".join(lines) + "\n"
 
     def cell_burst(self, is_cell):
