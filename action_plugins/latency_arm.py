@@ -8,6 +8,8 @@ clear look). Returns the merged cell in the shape ab_verdict takes, and the prog
 bin/serving-rollout reads. The statistics and the chunks' records are module_utils' (arm.py,
 abstats.py, cells.py); this file only drives them. Documentation: library/latency_arm.py."""
 
+import time
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -26,7 +28,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(CELL_ARGS + (
         "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
-        "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity"))
+        "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
+        "duration_s"))
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
@@ -39,6 +42,10 @@ class ActionModule(ActionBase):
                 args["cell"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
                 int(args.get("concurrency") or 1))
             n = arm.cell_size(args["arm"], requests, chunk, bracket, bool(args.get("sequential", True)))
+            # the endurance cell: chunks until its time is up, however many requests that takes
+            duration_s = float(args.get("duration_s") or 0)
+            deadline = time.monotonic() + duration_s if duration_s > 0 else None
+            n = 10 ** 9 if deadline else n
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"latency_arm: bad arguments: {exc!r} in {dict(args)!r:.300}") from exc
         first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
@@ -62,9 +69,12 @@ class ActionModule(ActionBase):
                                    chunk=chunk, bracket=bracket, alpha=float(args.get("alpha", 0.05)),
                                    cells=int(args.get("cells", 1)), min_effect=float(args.get("min_effect", 0.02)),
                                    rule=args.get("rule"))
-            if look.get("stop") or len(so_far["requests"]) >= n:
+            # an endurance cell stops at its first failure (a hang or an error is its verdict already)
+            if look.get("stop") or len(so_far["requests"]) >= n or \
+                    (deadline and (time.monotonic() >= deadline or so_far["failures"])):
                 break
-            display.display(f"{host}: cell {name} {args['arm']}: {arm.progress(so_far, n)}")
+            display.display(f"{host}: cell {name} {args['arm']}: "
+                            f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")
         cell = dict(so_far, **({"sequential": look} if look else {}))
         display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
         return {"changed": False, "cell": cell,

@@ -1,5 +1,6 @@
 """Filters: why a run must stop measuring (module_utils/arm.py, which the latency_arm action also
-runs before each chunk): its lock taken over, or the candidate engine no longer the one that became ready."""
+runs before each chunk): its lock taken over, or the candidate engine no longer the one that became
+ready; and the endurance cell's verdict."""
 
 from ansible.errors import AnsibleFilterError
 
@@ -21,6 +22,14 @@ def engine_changed(status, identity, when="cells"):
     return arm.engine_changed(identity, status, when)
 
 
+def endurance_judgement(cell, duration_s, drift_limit, hang_s):
+    """The endurance cell's verdict {ok, reason, ...} from the latency_arm action's merged cell."""
+    try:
+        return arm.endurance_judgement(cell, float(duration_s), float(drift_limit), float(hang_s))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"endurance_judgement: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"lock_lost": lock_lost, "engine_changed": engine_changed}
+        return {"lock_lost": lock_lost, "engine_changed": engine_changed, "endurance_judgement": endurance_judgement}

@@ -45,6 +45,12 @@ options:
   concurrency: {description: Requests in flight., type: int}
   remeasure_max: {description: Times a disturbed chunk is measured again., type: int}
   condition_limits: {description: How far conditions may differ., type: dict}
+  engine: {description: "The engine (its /metrics are read beside the client's figures, latency_cell).", type: str}
+  duration_s:
+    description: >-
+      An endurance cell - chunks until this many seconds have passed (not a request count), stopping at
+      its first failed request; no looks. module_utils/arm.py endurance_judgement judges it.
+    type: float
 author: serving-rollout
 """
 

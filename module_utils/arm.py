@@ -59,6 +59,8 @@ def merge_chunks(chunks):
     cell["conditions"] = median_conditions([c.get("conditions") for c in chunks])
     cell["remeasured"] = [r for c in chunks for r in c.get("remeasured") or []]
     cell["disturbed"] = [c["disturbed"] for c in chunks if c.get("disturbed")]
+    cell["chunk_e2e"] = [[r["e2e_s"] for r in c["requests"] if r.get("error") is None and r.get("e2e_s")]
+                         for c in chunks]
     if any("engine_metrics" in c for c in chunks):
         cell["engine_metrics"] = engine_metrics.merge([c.get("engine_metrics") for c in chunks])
     return cell
@@ -109,6 +111,39 @@ def summary(cell):
     if cell.get("disturbed"):
         parts.append(f"still disturbed: {'; '.join(cell['disturbed'])}")
     return ", ".join(parts)
+
+
+def endurance_judgement(cell, duration_s, drift_limit, hang_s):
+    """The endurance cell's verdict: {ok, reason, chunks, requests, drift}. It fails on a request that
+    failed (one with no answer within hang_s is a hang) and on E2E drift beyond drift_limit, the
+    median of the last third of its chunks against the first third's (a leak or a slow-down that
+    grows with time under load; an exit or restart stopped the cell before this)."""
+    if not isinstance(cell, dict) or not isinstance(cell.get("requests"), list):
+        raise ValueError(f"endurance_judgement needs a merged cell, got {cell!r:.200}")
+    requests = cell["requests"]
+    failed = [r for r in requests if r.get("error") is not None]
+    out = {"duration_s": duration_s, "elapsed_s": round(cell.get("elapsed_s", 0.0), 1), "requests": len(requests),
+           "failures": len(failed), "drift": None, "drift_limit": drift_limit}
+    if failed:
+        error = str(failed[0]["error"])
+        hung = "timed out" in error.lower() or "timeout" in error.lower()
+        what = f"a hang: request {failed[0]['index']} got no answer within {hang_s:g} s" if hung else \
+            f"request {failed[0]['index']} failed"
+        return {**out, "ok": False, "reason": f"endurance: {what} ({error[:200]}); {len(failed)} of {len(requests)} "
+                                              f"requests failed after {out['elapsed_s']:g} s under load"}
+    chunks = cell.get("chunk_e2e") or []
+    third = len(chunks) // 3
+    if third >= 1:
+        first = statistics.median(v for c in chunks[:third] for v in c)
+        last = statistics.median(v for c in chunks[-third:] for v in c)
+        out["drift"] = round(last / first - 1, 4) if first else None
+    if out["drift"] is not None and out["drift"] > drift_limit:
+        return {**out, "ok": False, "reason": f"endurance: E2E drifted {out['drift'] * 100:+.1f}% from the first third "
+                                              f"of its {len(chunks)} chunks to the last (limit "
+                                              f"{drift_limit * 100:.0f}%) over {out['elapsed_s']:g} s under load"}
+    drift = "n/a (under three chunks)" if out["drift"] is None else f"{out['drift'] * 100:+.1f}%"
+    return {**out, "ok": True, "reason": f"endurance: {len(requests)} requests over {out['elapsed_s']:g} s, none "
+                                         f"failed, E2E drift {drift} (limit {drift_limit * 100:.0f}%)"}
 
 
 def lock_lost(lock_result):

@@ -298,6 +298,12 @@ def numerics(control_id):
     return None if control_id == CUSTOM else entry(control_id).get("numerics")
 
 
+def endurance(control_id):
+    """Whether the endurance cell runs by default for this control: transport changes (a hang or a
+    leak on a new path shows only after minutes under load)."""
+    return control_id != CUSTOM and entry(control_id)["group"] == "transport"
+
+
 def public_flags():
     """Engine flags the catalog sets: known non-secret, so evidence may show their values."""
     return {s["name"] for item in CATALOG for s in item.get("set", {}).values() if s.get("kind") == "arg"}

@@ -97,6 +97,7 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
         raise PlanError(f"candidate {candidate_id!r}: bad numerics: {exc}") from exc
     return {"id": candidate_id, "change": change, "proof": proof, "group": controls.group(candidate_id),
             "effect_model": controls.effect_model(candidate_id), "numerics": numerics,
+            "endurance": controls.endurance(candidate_id),
             "engine": engine, "in_plan": bool(listed),
             "plan_change": entry.get("change"), "gate": entry.get("gate"),
             "prerequisites": entry.get("prerequisites", [])}

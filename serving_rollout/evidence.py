@@ -78,6 +78,7 @@ def decision_record(run):
             "predicted_vs_measured": (load(run, "prediction.json") or {}).get("comparison"),
             "kv_capacity": kv, "numerics": same, "single_stream_decode_tps": single_stream_decode(run),
             "cells_under_load": cells_under_load(run), "speculation": speculation(run),
+            "endurance": (load(run, "endurance.json") or {}).get("verdict"),
             "versions": versions(run)}
 
 
@@ -385,6 +386,8 @@ def render_card(run):
             f"{cell} " + ", ".join(f"{arm} {rate:g}" for arm, rate in arms.items())
             for cell, arms in decision["single_stream_decode_tps"].items()) + ".", ""]
     lines += load_lines(decision.get("cells_under_load") or {}) + speculation_lines(decision.get("speculation"))
+    if decision.get("endurance"):
+        lines += [f"{decision['endurance']['reason'][0].upper()}{decision['endurance']['reason'][1:]}.", ""]
     if decision.get("kv_capacity"):
         kv = decision["kv_capacity"]
         stated = ", ".join(f"{arm} {value}" for arm, value in kv["max_concurrency"].items() if value is not None)

@@ -57,6 +57,8 @@ Configuration (environment, all optional):
                               right and every latency is unchanged
       numerics:D              other rounding (another reduction order or kernels): each chosen token's logprob
                               moves by up to D, the tokens stay the same
+      stall_after:N           after N completed requests every new request hangs: no token, ever (a hang under
+                              load that only an endurance cell meets)
       spec_accept:L           with --speculative-algorithm: the accept length L (tokens per verify step, bonus
                               included; default DOUBLE_SPEC_ACCEPT_LENGTH, 2.0); each step costs
                               DOUBLE_SPEC_STEP_MS (default 2.5 decode steps), so a token takes step / L and
@@ -651,6 +653,10 @@ def make_handler(engine):
                 messages = body["messages"]
             except (ValueError, KeyError) as exc:
                 self.send_json(400, {"error": f"bad request: {exc}"})
+                return
+            if "stall_after" in engine.faults and engine.completed >= int(engine.faults["stall_after"] or "0"):
+                engine.log("a request is waiting for a step that never comes (injected fault: stall_after)")
+                time.sleep(3600)
                 return
             if "fail_requests" in engine.faults:
                 self.send_json(500, {"error": "injected fault: fail_requests"})

@@ -48,9 +48,13 @@ def test_run_directory_holds_every_record_and_verifies(good_run):
     names = {p.name for p in run.iterdir()}
     assert {"outcome.json", "recipes.json", "preflight.json", "gates.json", "cells.json", "ab-verdict.json",
             "restoration.json", "journal-excerpts.json", "decision.json", "result-card.md", "cells.png",
-            "manifest.json"} <= names
+            "manifest.json", "numerics.json", "endurance.json"} <= names
     decision = json.loads((run / "decision.json").read_text())
     assert decision["schema"] == "serving-rollout.decision/v1" and decision["verdict"] == "acceptable"
+    # p2p is a transport control: the catalog turns its endurance cell on (4 s in the lab)
+    endurance = decision["endurance"]
+    assert endurance["ok"] and endurance["failures"] == 0 and endurance["requests"] >= 4, endurance
+    assert decision["numerics"]["candidate"]["verdict"] == "pass", decision["numerics"]
     assert decision["run_id"] == run.name.removeprefix("rollout-")
     cells = json.loads((run / "cells.json").read_text())["arms"]
     assert set(cells) == {"baseline-1", "candidate", "baseline-2"}

@@ -59,3 +59,20 @@ def test_a_speculative_candidate_shows_its_accept_length_against_the_break_even(
     assert re.search(r"Speculation \(1k\): accept length 2 \(the engine's\), verify step [\d.]+ ms, break-even "
                      r"accept length [\d.]+ against the baseline's [\d.]+ tokens/s: it does not pay", card), card
     assert_restored(before)
+
+
+def test_a_candidate_that_hangs_under_load_fails_its_endurance_cell_and_is_restored():
+    """The double's stall_after fault: after its 40th request no request gets a token (its gates, the
+    numerics probe and the cells come before, so the hang meets the endurance cell, whatever the
+    machine's speed: the cell runs until its first failure)."""
+    before = invocation()
+    result, evidence = rollout("stall_after:40", rollout_endurance_s=120, rollout_endurance_hang_s=5)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "failed and the original was restored and proven" in message, message[-3000:]
+    assert "endurance: a hang: request " in message and "got no answer within 5 s" in message, message[-3000:]
+    run = only_run_dir(evidence, "lab-gpu-1", "rollout")
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject" and decision["endurance"]["ok"] is False, decision["endurance"]
+    assert "Endurance: a hang: request " in (run / "result-card.md").read_text()
+    assert_restored(before)

@@ -1,6 +1,7 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
 import pytest
+from ansible.module_utils import arm
 from ansible.module_utils.cells import Telemetry, run_cell
 
 from serving_rollout.module_utils.arm import (
@@ -200,3 +201,43 @@ def test_the_go_on_filters_give_the_actions_reasons_and_refuse_what_is_not_a_res
         lock_lost(None)
     with pytest.raises(AnsibleFilterError, match="engine_changed needs systemd's status"):
         engine_changed("active", ready)
+
+
+# ---- the endurance cell's verdict (module_utils/arm.py endurance_judgement) -----------------------
+
+def endurance_cell(chunk_e2e, errors=()):
+    requests = [{"index": i, "e2e_s": 0.1, "error": None} for i in range(sum(len(c) for c in chunk_e2e))]
+    for index, error in errors:
+        requests[index]["error"] = error
+    return {"requests": requests, "elapsed_s": 30.0, "chunk_e2e": chunk_e2e}
+
+
+def test_an_endurance_cell_that_held_steady_passes():
+    verdict = arm.endurance_judgement(endurance_cell([[0.1, 0.11]] * 9), 30, 0.1, 120)
+    assert verdict["ok"] and verdict["drift"] == pytest.approx(0.0, abs=1e-9), verdict
+    assert verdict["reason"] == "endurance: 18 requests over 30 s, none failed, E2E drift +0.0% (limit 10%)"
+
+
+def test_latency_that_grows_under_load_fails_the_endurance_cell():
+    chunks = [[0.1, 0.1]] * 3 + [[0.12, 0.12]] * 3 + [[0.15, 0.15]] * 3
+    verdict = arm.endurance_judgement(endurance_cell(chunks), 30, 0.1, 120)
+    assert not verdict["ok"] and verdict["drift"] == pytest.approx(0.5)
+    assert "E2E drifted +50.0% from the first third of its 9 chunks to the last (limit 10%)" in verdict["reason"]
+
+
+def test_a_request_without_an_answer_is_named_a_hang():
+    cell = endurance_cell([[0.1] * 4] * 2, errors=[(6, "TimeoutError: timed out")])
+    verdict = arm.endurance_judgement(cell, 600, 0.1, 120)
+    assert not verdict["ok"] and verdict["failures"] == 1
+    assert verdict["reason"].startswith(
+        "endurance: a hang: request 6 got no answer within 120 s (TimeoutError: timed out)")
+
+
+def test_too_short_an_endurance_cell_has_no_drift_to_judge():
+    verdict = arm.endurance_judgement(endurance_cell([[0.1], [0.3]]), 4, 0.1, 10)
+    assert verdict["ok"] and verdict["drift"] is None and "drift n/a (under three chunks)" in verdict["reason"]
+
+
+def test_a_bad_endurance_cell_is_named():
+    with pytest.raises(ValueError, match="needs a merged cell, got None"):
+        arm.endurance_judgement(None, 4, 0.1, 10)
