@@ -489,25 +489,35 @@ def render_card(run):
 
 
 def figure(arms):
-    """The cells figure: E2E per request of each arm, a panel per cell, y from zero (a reader compares
-    the boxes' sizes, and a cut axis makes a small difference look large). None without cells."""
+    """The cells figure: per cell, E2E per request of each arm (top) and each arm's output tokens/s
+    over the cell (bottom, the figure a throughput cell is for), y from zero (a reader compares sizes,
+    and a cut axis makes a small difference look large). None without cells."""
     import matplotlib.pyplot as plt
 
     names = [c["name"] for c in arms.get("baseline-1", [])]
     if not names:
         return None
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
-        data, labels = [], []
+    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 7), squeeze=False)
+    for column, name in enumerate(names):
+        data, labels, rates = [], [], []
         for arm in ARMS:
             cell = next((c for c in arms.get(arm, []) if c["name"] == name), None)
             if cell:
-                data.append([r["e2e_s"] * 1000 for r in cell["requests"] if r.get("error") is None])
+                answered = [r for r in cell["requests"] if r.get("error") is None]
+                data.append([r["e2e_s"] * 1000 for r in answered])
                 labels.append(arm)
-        ax.boxplot(data, tick_labels=labels)
-        ax.set_title(f"cell {name}: E2E per request")
-        ax.set_ylabel("ms")
-        ax.set_ylim(0, max((max(d) for d in data if d), default=1.0) * 1.1)  # headroom above the largest
+                tokens = sum(r.get("completion_tokens") or 0 for r in answered)
+                rates.append(tokens / cell["elapsed_s"] if cell.get("elapsed_s") else 0.0)
+        top, bottom = axes[0][column], axes[1][column]
+        top.boxplot(data, tick_labels=labels)
+        top.set_title(f"cell {name}: E2E per request")
+        top.set_ylabel("ms")
+        top.set_ylim(0, max((max(d) for d in data if d), default=1.0) * 1.1)  # headroom above the largest
+        concurrency = next((c.get("concurrency", 1) for arm in ARMS for c in arms.get(arm, []) if c["name"] == name), 1)
+        bottom.bar(labels, rates)
+        bottom.set_title(f"cell {name}: output tokens/s at C{concurrency}")
+        bottom.set_ylabel("tokens/s")
+        bottom.set_ylim(0, max(rates, default=0.0) * 1.1 or 1.0)
     fig.tight_layout()
     return fig
 

@@ -69,15 +69,21 @@ def test_the_cells_figure_starts_its_y_axes_at_zero():
     import matplotlib.pyplot as plt
 
     def cell(name, e2e):
-        return {"name": name, "requests": [{"e2e_s": v, "error": None} for v in e2e]}
+        return {"name": name, "elapsed_s": sum(e2e), "concurrency": 1,
+                "requests": [{"e2e_s": v, "error": None, "completion_tokens": 32} for v in e2e]}
 
     # Two arms 2 % apart around 1 s: an axis cut at the data would make them look far apart.
     arms = {"baseline-1": [cell("1k", [1.00, 1.01, 0.99]), cell("4k", [2.0, 2.02, 1.98])],
             "candidate": [cell("1k", [1.02, 1.03, 1.01]), cell("4k", [2.04, 2.05, 2.03])]}
     fig = evidence.figure(arms)
     try:
-        assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0]
-        assert [ax.get_title() for ax in fig.axes] == ["cell 1k: E2E per request", "cell 4k: E2E per request"]
+        assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0, 0, 0]
+        assert [ax.get_title() for ax in fig.axes] == [
+            "cell 1k: E2E per request", "cell 4k: E2E per request",
+            "cell 1k: output tokens/s at C1", "cell 4k: output tokens/s at C1"]
+        # the bars are each arm's tokens over the cell's wall time: 96 tokens in 3 s, 96 in 3.06 s
+        heights = [bar.get_height() for bar in fig.axes[2].patches]
+        assert heights == pytest.approx([32.0, 96 / 3.06])
     finally:
         plt.close(fig)
     assert evidence.figure({}) is None
