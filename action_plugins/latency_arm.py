@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
         first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
         reference = first.get("conditions") if first and args["arm"] != "baseline-1" else None
         looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
-        chunks, look = [], {}
+        chunks, look, started = [], {}, time.monotonic()
         for start in range(0, n, chunk):
             self.go_on(args, task_vars)
             result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
@@ -75,7 +75,8 @@ class ActionModule(ActionBase):
                 break
             display.display(f"{host}: cell {name} {args['arm']}: "
                             f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")
-        cell = dict(so_far, **({"sequential": look} if look else {}))
+        # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
+        cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
         display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
         return {"changed": False, "cell": cell,
                 "ansible_facts": {"rollout_progress": {

@@ -122,7 +122,8 @@ def endurance_judgement(cell, duration_s, drift_limit, hang_s):
         raise ValueError(f"endurance_judgement needs a merged cell, got {cell!r:.200}")
     requests = cell["requests"]
     failed = [r for r in requests if r.get("error") is not None]
-    out = {"duration_s": duration_s, "elapsed_s": round(cell.get("elapsed_s", 0.0), 1), "requests": len(requests),
+    out = {"duration_s": duration_s, "elapsed_s": round(cell.get("wall_s", cell.get("elapsed_s", 0.0)), 1),
+           "requests": len(requests),
            "failures": len(failed), "drift": None, "drift_limit": drift_limit}
     if failed:
         error = str(failed[0]["error"])
