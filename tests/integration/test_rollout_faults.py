@@ -111,8 +111,10 @@ def test_candidate_faults_restore_the_original_and_name_the_cause(lab_baseline, 
 def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_acceptable(lab_baseline):
     """The field case: the candidate passes its gates, then dies in its cells and systemd restarts it.
     Its process identity changed, so the run fails with that cause, restores, and decides reject."""
-    inject("crash_after:8")  # the gates send fewer; the cells meet the crash
-    result = rollout(rollout_cell_requests=6, rollout_cell_progress_every=2, rollout_bracket_requests=4)
+    # the five gates and the numerics probe's eight prompts come first: the cells' second request meets the crash
+    inject("crash_after:15")
+    result = rollout(rollout_cell_requests=6, rollout_cell_progress_every=2, rollout_bracket_requests=4,
+                     rollout_numerics_prompts=8)
     assert result.returncode != 0
     message = re.sub(r"\s+", " ", result.stdout)
     assert "failed and the original was restored and proven; cause:" in message, message[-3000:]
