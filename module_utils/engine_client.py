@@ -18,8 +18,8 @@ def _connection(base_url, timeout):
     return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
 
 
-def get_text(base_url, path, api_key=None, timeout=10.0):
-    """GET a text document (Prometheus' /metrics); returns {ok, status, text | error}."""
+def _get(base_url, path, api_key, timeout):
+    """GET path: (status, raw bytes) or (None, the error named)."""
     try:
         conn, prefix = _connection(base_url, timeout)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -28,32 +28,33 @@ def get_text(base_url, path, api_key=None, timeout=10.0):
         raw = response.read()
         conn.close()
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        return {"ok": False, "status": None, "error": f"GET {path}: {type(exc).__name__}: {exc}"}
-    if not 200 <= response.status < 300:
-        return {"ok": False, "status": response.status, "error": f"GET {path}: HTTP {response.status}"}
-    return {"ok": True, "status": response.status, "text": raw.decode("utf-8", "replace")}
+        return None, f"GET {path}: {type(exc).__name__}: {exc}"
+    return response.status, raw
+
+
+def get_text(base_url, path, api_key=None, timeout=10.0):
+    """GET a text document (Prometheus' /metrics); returns {ok, status, text | error}."""
+    status, raw = _get(base_url, path, api_key, timeout)
+    if status is None:
+        return {"ok": False, "status": None, "error": raw}
+    if not 200 <= status < 300:
+        return {"ok": False, "status": status, "error": f"GET {path}: HTTP {status}"}
+    return {"ok": True, "status": status, "text": raw.decode("utf-8", "replace")}
 
 
 def get_json(base_url, path, api_key=None, timeout=10.0):
     """GET a JSON document; returns {ok, status, body | error}."""
-    try:
-        conn, prefix = _connection(base_url, timeout)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        conn.request("GET", prefix + path, headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-        conn.close()
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return {"ok": False, "status": None, "error": f"GET {path}: {type(exc).__name__}: {exc}"}
+    status, raw = _get(base_url, path, api_key, timeout)
+    if status is None:
+        return {"ok": False, "status": None, "error": raw}
     try:
         body = json.loads(raw) if raw else {}
     except ValueError:
-        return {"ok": False, "status": response.status,
-                "error": f"GET {path}: body is not JSON: {raw[:200]!r}"}
-    ok = 200 <= response.status < 300
-    result = {"ok": ok, "status": response.status, "body": body}
+        return {"ok": False, "status": status, "error": f"GET {path}: body is not JSON: {raw[:200]!r}"}
+    ok = 200 <= status < 300
+    result = {"ok": ok, "status": status, "body": body}
     if not ok:
-        result["error"] = f"GET {path}: HTTP {response.status}"
+        result["error"] = f"GET {path}: HTTP {status}"
     return result
 
 

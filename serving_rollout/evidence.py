@@ -160,10 +160,11 @@ def speculation(run):
         return None
     args = (recipes.get("original") or {}).get("engine_args") or {}
     out = {"baseline_has_speculation": any(str(flag).startswith("--speculative-") for flag in args), "cells": {}}
+    decode = single_stream_decode(run)
     for name, cell in cells_under_load(run).items():
         if cell["concurrency"] != 1:
             continue
-        rates = {arm: figures for arm, figures in single_stream_decode(run).get(name, {}).items()}
+        rates = decode.get(name, {})
         baseline = [rates[arm] for arm in ("baseline-1", "baseline-2") if rates.get(arm)]
         engine = (cell["arms"].get("candidate") or {}).get("engine") or {}
         accept, candidate = engine.get("accept_length"), rates.get("candidate")
