@@ -1,8 +1,8 @@
 """Action plugin: one cell of one A/B arm, chunk by chunk, from the controller.
 
-Before each chunk it checks the run may go on (rollout_lock: the lock is still this run's, the
-watchdog's lease renewed in the candidate arm; systemd: the candidate engine is the one that
-became ready), runs the chunk on the host (latency_cell, where the API key stays), shows the
+Before each chunk, and after the candidate arm's last, it checks the run may go on (rollout_lock: the
+lock is still this run's, the watchdog's lease renewed in the candidate arm; systemd: the candidate
+engine is the one that became ready), runs the chunk on the host (latency_cell, where the API key stays), shows the
 progress, and in the candidate arm looks at the cell so far (sequential: it stops at the first
 clear look). Returns the merged cell in the shape ab_verdict takes, and the progress fact
 bin/serving-rollout reads. The statistics and the chunks' records are module_utils' (arm.py,
@@ -75,6 +75,9 @@ class ActionModule(ActionBase):
                 break
             display.display(f"{host}: cell {name} {args['arm']}: "
                             f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")
+        # a candidate that exited or restarted after its last chunk crashed all the same: never a result
+        if args["arm"] == "candidate":
+            self.go_on(args, task_vars, when="last cell")
         # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
         cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
         display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
@@ -83,7 +86,7 @@ class ActionModule(ActionBase):
                     "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
                     "failures": cell["failures"]}}}
 
-    def go_on(self, args, task_vars):
+    def go_on(self, args, task_vars, when="cells"):
         """Stop measuring when another run took the lock over, or when the candidate engine exited or
         restarted since it became ready (a crash of the run, never a slower arm)."""
         candidate = args["arm"] == "candidate"
@@ -100,6 +103,6 @@ class ActionModule(ActionBase):
                                         module_args={"name": args["candidate_unit"]})
             if unit.get("failed"):
                 raise AnsibleActionFail(f"could not read {args['candidate_unit']}: {unit.get('msg')}")
-            changed = arm.engine_changed(args["candidate_identity"], unit.get("status") or {})
+            changed = arm.engine_changed(args["candidate_identity"], unit.get("status") or {}, when)
             if changed:
                 raise AnsibleActionFail(changed)

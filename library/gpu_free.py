@@ -53,6 +53,12 @@ options:
     description: Seconds between SIGTERM and SIGKILL.
     type: float
     default: 10
+  require_free:
+    description: >-
+      Fail unless the GPUs end free - no process left on them (after the wait and, with C(terminate), the
+      termination) and none wedged - naming what holds them (module_utils/gpu_release.py).
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -64,6 +70,15 @@ EXAMPLES = r"""
   until: gpus.processes | length == 0
   retries: 30
   delay: 2
+
+- name: Wait up to 60 s, terminate what of the stopped engine still holds the GPUs, fail unless they are free
+  gpu_free:
+    pattern: "sglang|vllm"
+    timeout_s: 60
+    terminate: true
+    engine: sglang
+    engine_units: [sglang.service, sglang-candidate.service]
+    require_free: true
 """
 
 RETURN = r"""
@@ -92,6 +107,10 @@ wedged:
     GPUs busy with no compute process (index, utilisation, power), or null without NVML (not measurable).
   type: list
   returned: always
+summary:
+  description: How long the wait took and which processes were terminated, for the console (empty when free at once).
+  type: str
+  returned: always
 """
 
 import os
@@ -101,6 +120,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_adapters import process_title_pattern
+from ansible.module_utils.gpu_release import release_problem, release_summary
 from ansible.module_utils.nvml_facts import wedged_gpus
 from ansible.module_utils.unit_recipe import redact_argv
 
@@ -238,6 +258,17 @@ def terminate(processes, grace_s):
     return ended
 
 
+def finish(module, **result):
+    """Exit with the console summary; with require_free, fail when the GPUs are not free."""
+    p = module.params
+    summary = release_summary(result["waited_s"], result.get("terminated") or [])
+    problem = release_problem(result["source"], result["processes"], result.get("foreign") or [],
+                              result["wedged"] or [], p["timeout_s"]) if p["require_free"] else None
+    if problem:
+        module.fail_json(msg=f"{summary}; {problem}" if summary else problem, summary=summary, **result)
+    module.exit_json(summary=summary, **result)
+
+
 def main():
     module = AnsibleModule(argument_spec={"pattern": {"type": "str", "default": ""},
                                           "timeout_s": {"type": "float", "default": 0},
@@ -247,7 +278,8 @@ def main():
                                           "engine": {"type": "str", "default": "unknown",
                                                      "choices": ["sglang", "vllm", "unknown"]},
                                           "wedged_util_pct": {"type": "float", "default": 90},
-                                          "grace_s": {"type": "float", "default": 10}},
+                                          "grace_s": {"type": "float", "default": 10},
+                                          "require_free": {"type": "bool", "default": False}},
                            supports_check_mode=True)
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
     started = time.monotonic()
@@ -256,11 +288,11 @@ def main():
         time.sleep(1.0)
         source, found = find(module)
     p = module.params
-    if not p["terminate"]:
+    if not p["terminate"] or not found:
         readings = nvml_busy() if source == "nvml" else None
         wedged = None if readings is None else wedged_gpus(readings, found, p["wedged_util_pct"])
-        module.exit_json(changed=False, source=source, processes=found, waited_s=time.monotonic() - started,
-                         wedged=wedged)
+        finish(module, changed=False, source=source, processes=found, waited_s=time.monotonic() - started,
+               wedged=wedged, **({"terminated": [], "foreign": []} if p["terminate"] else {}))
     titles = process_title_pattern(p["engine"])
     engine_pattern = "|".join(x for x in (p["engine_pattern"], titles) if x)
     try:
@@ -268,14 +300,14 @@ def main():
     except re.error as exc:
         module.fail_json(msg=f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}")
     foreign = [f for f in found if f not in engines]
+    waited_s = time.monotonic() - started
     ended = [] if module.check_mode or not engines else terminate(engines, p["grace_s"])
     time.sleep(0.5 if ended else 0)  # a killed process leaves the GPU a moment after its exit
     source, left = find(module)
     readings = nvml_busy() if source == "nvml" else None
-    module.exit_json(changed=bool(ended) or (module.check_mode and bool(engines)), source=source, processes=left,
-                     terminated=engines if module.check_mode else ended, foreign=foreign,
-                     waited_s=time.monotonic() - started,
-                     wedged=None if readings is None else wedged_gpus(readings, left, p["wedged_util_pct"]))
+    finish(module, changed=bool(ended) or (module.check_mode and bool(engines)), source=source, processes=left,
+           terminated=engines if module.check_mode else ended, foreign=foreign, waited_s=waited_s,
+           wedged=None if readings is None else wedged_gpus(readings, left, p["wedged_util_pct"]))
 
 
 if __name__ == "__main__":

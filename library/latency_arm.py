@@ -9,7 +9,7 @@ description:
   - Runs on the controller (an action plugin) and drives latency_cell on the host one chunk of
     C(chunk) requests at a time, so an operator sees request k of n, elapsed time and the running
     median between chunks, then the cell's summary.
-  - Before each chunk - the run's lock must still be its own (rollout_lock, state held; in the
+  - Before each chunk, and in the candidate arm after its last - the run's lock must still be its own (rollout_lock, state held; in the
     candidate arm it renews the host watchdog's lease) and, in the candidate arm, the candidate
     unit must be the engine that became ready (ActiveState, MainPID, InvocationID, NRestarts);
     otherwise it fails, naming which changed.

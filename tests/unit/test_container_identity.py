@@ -16,8 +16,8 @@ ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
 
 
 def prove_inspect_argv():
-    """The exact inspect command prove.yml runs, with the runtime and container filled in."""
-    tasks = yaml.safe_load((REPO / "roles" / "rollout" / "tasks" / "prove.yml").read_text())
+    """The exact inspect command restore.yml runs (its proof), with the runtime and container filled in."""
+    tasks = yaml.safe_load((REPO / "roles" / "rollout" / "tasks" / "restore.yml").read_text())
     task = next(t for t in tasks if "Read the image and identity" in t["name"])
     argv = task["ansible.builtin.command"]["argv"]
     return [word.replace("{{ '", "").replace("' }}", "") for word in argv]
