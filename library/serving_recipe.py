@@ -80,6 +80,13 @@ options:
     type: list
     elements: str
     default: []
+  managed:
+    description: >-
+      Also return C(managed) - the serving recipe (schemas/serving-recipe.schema.json) that renders this unit
+      (adopt -> managed, module_utils/recipe_adopt.py) and what of the unit it cannot hold. Built here, where
+      the raw values are: a secret held inline is named and left out, never put in the recipe.
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -92,6 +99,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+managed:
+  description: With managed - recipe (the equivalent serving recipe, no secret values) and problems (what it cannot hold).
+  type: dict
+  returned: with managed
 unit:
   description: Name, fragment path, drop-in paths and state from systemctl show.
   type: dict
@@ -124,6 +135,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
+from ansible.module_utils.recipe_adopt import managed_recipe
 from ansible.module_utils.systemd_reading import ReadingError, unit_reading
 from ansible.module_utils.unit_oracle import running_reading
 from ansible.module_utils.unit_recipe import (
@@ -257,6 +269,7 @@ def main():
             "header": {"type": "list", "elements": "str", "default": []},
             "copy_dir": {"type": "path"},
             "accept_systemd_reading": {"type": "bool", "default": False},
+            "managed": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -303,6 +316,9 @@ def main():
                              "restoration must be exact", **result)
     nccl = nccl_configuration(module, recipe, sections, state)
     result["recipe"]["nccl_config"] = nccl
+    if params["managed"]:
+        managed, problems = managed_recipe(params["unit"], recipe, sections)
+        result["managed"] = {"recipe": managed, "problems": problems}
     # With compare_path, the change only names the declared control the written file may differ in.
     if params["change"] is not None and not params["compare_path"]:
         problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])

@@ -29,9 +29,16 @@ options:
     type: str
     required: true
   change:
-    description: The one control, as the candidate plan selected it (kind env, arg, speculative or image; name; value).
+    description: >-
+      The one control, as the candidate plan selected it (kind env, arg, speculative or image; name; value).
+      Kind none proves the two units the same instead (adopt -> managed: a recipe's render against the
+      original), up to the order of the engine's flags after C(launcher_word).
     type: dict
     required: true
+  launcher_word:
+    description: With change kind none, the last word of the engine's launcher (its module or script path).
+    type: str
+    default: ""
   container:
     description: The original's container name, when it runs one (the candidate's is that name plus -candidate).
     type: str
@@ -70,6 +77,7 @@ from ansible.module_utils.unit_oracle import (
     EXEC_PROPERTIES,
     differences,
     digested_values,
+    equal_proof,
     one_control_proof,
     parse_show,
     proof_reason,
@@ -111,23 +119,31 @@ def main():
             "change": {"type": "dict", "required": True},
             "container": {"type": "str", "default": ""},
             "python": {"type": "path", "default": "/usr/bin/python3"},
+            "launcher_word": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
-    if p["change"].get("kind") not in ("env", "arg", "speculative", "image"):
-        module.fail_json(msg=f"change.kind must be env, arg, speculative or image, got {p['change'].get('kind')!r}")
+    if p["change"].get("kind") not in ("env", "arg", "speculative", "image", "none"):
+        module.fail_json(msg=f"change.kind must be env, arg, speculative, image or none, "
+                             f"got {p['change'].get('kind')!r}")
     key = os.urandom(32)  # digests comparable within this call only
     original = read_unit(module, p["original"], key)
     candidate = read_unit(module, p["candidate"], key)
     diffs = differences(original, candidate, shown=redact_argv)
-    proof = one_control_proof(diffs, p["change"], p["container"] or None)
+    same = p["change"]["kind"] == "none"
+    proof = equal_proof(diffs, p["launcher_word"]) if same else one_control_proof(diffs, p["change"],
+                                                                                  p["container"] or None)
     # Only the allow-listed views leave the host: raw argv words can hold secrets.
     public = [{k: d[k] for k in ("what", "before", "after")} for d in diffs]
     proof["unexplained"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof["unexplained"]]
     if module.check_mode:
         module.exit_json(changed=False, proof={"ok": None, "control": None, "unexplained": [], "seen": None},
                          differences=public)
+    if not proof["ok"] and same:
+        module.fail_json(msg=f"{p['candidate']} is not the same as {p['original']} in systemd's own reading: "
+                             + "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"]),
+                         proof=proof, differences=public)
     if not proof["ok"]:
         module.fail_json(msg=f"{p['candidate']} is not {p['original']} with one control changed in systemd's own "
                              f"reading ({proof['control']}): {proof_reason(proof, 'systemd')}", proof=proof,

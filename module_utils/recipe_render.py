@@ -20,6 +20,9 @@ FIELD_ORDER = ("model", "revision", "tp", "context", "host", "port")
 # The unit's own settings: recipe key -> systemd directive.
 SERVICE_SETTINGS = (("user", "User"), ("group", "Group"), ("restart", "Restart"), ("restart_sec", "RestartSec"),
                     ("timeout_start_sec", "TimeoutStartSec"), ("timeout_stop_sec", "TimeoutStopSec"))
+# At the top of every managed unit: the same on every render, so a render can be compared with the host's file.
+MANAGED_HEADER = ("Rendered by serving-rollout (managed mode) from the inventory's serving recipe. Do not edit:",
+                  "change the recipe and converge (playbooks/converge.yml).")
 REFERENCE = re.compile(r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$")
 
 
@@ -55,9 +58,10 @@ def recipe_problems(recipe):
             problems.append(f"engine_args.{flag}: a secret inline; give it as a $VAR reference to the environment "
                             "(an EnvironmentFile or a podman secret)")
     runtime = recipe.get("runtime") or {}
-    if recipe.get("output") == "quadlet" and not (runtime.get("kind") == "container" and runtime.get("tool") == "podman"):
-        problems.append(f"output: quadlet needs a podman container runtime, got {runtime.get('kind')!r} "
-                        f"{runtime.get('tool', '')!r}".rstrip())
+    podman = runtime.get("kind") == "container" and runtime.get("tool") == "podman"
+    if recipe.get("output") == "quadlet" and not podman:
+        problems.append(f"output: quadlet needs a podman container runtime, got {runtime.get('kind')!r}"
+                        + (f" {runtime['tool']!r}" if runtime.get("tool") else ""))
     if recipe.get("secrets") and runtime.get("kind") != "container":
         problems.append("secrets: podman secrets reach a container only; a process reads its secrets from an "
                         "EnvironmentFile (environment_files)")
@@ -90,6 +94,13 @@ def _launcher(recipe):
     if "command" in runtime:
         return list(runtime["command"])
     return ["python3", "-m", ENGINE_MODULE["sglang"]] if recipe["engine"] == "sglang" else []  # vLLM's image runs it
+
+
+def launcher_word(recipe):
+    """The last word of the engine's launcher (its module or script, or the image when the image runs it):
+    the engine's own flags follow it, in an order that means nothing to its parser."""
+    image = [recipe["runtime"]["image"]] if recipe["runtime"]["kind"] == "container" else []
+    return (image + _launcher(recipe))[-1]
 
 
 def container_argv(recipe):
@@ -172,7 +183,7 @@ def render_quadlet(recipe, header=()):
     return "\n".join(lines + _install(recipe)) + "\n"
 
 
-def rendered_files(recipe, header=()):
+def rendered_files(recipe, header=MANAGED_HEADER):
     """Every file the recipe becomes, {path: text}: the unit (or Quadlet) and its drop-ins."""
     unit = recipe["unit"]
     if recipe.get("output", "service") == "quadlet":

@@ -196,6 +196,46 @@ def one_control_proof(diffs, change, container=None):
             "unexplained": unexplained, "seen": touched}
 
 
+def _flag_groups(words):
+    """An argv from its first flag on as the engine's parser reads it: each flag with its value, sorted
+    (a flag's place among the others means nothing to argparse), and the words before the first flag."""
+    first = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
+    groups, i = [], first
+    while i < len(words):
+        word = words[i]
+        if "=" not in word and not bare_flag(word) and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            groups.append((word, words[i + 1]))
+            i += 2
+        else:
+            groups.append((word,))
+            i += 1
+    return words[:first], sorted(groups)
+
+
+def same_engine_arguments(before, after, start_after):
+    """Two argv lists that differ only in the order of the engine's flags after the word `start_after`
+    (the engine's launcher: its module or script): the runtime's own words keep their order."""
+    if start_after not in before or start_after not in after:
+        return False
+    a, b = before.index(start_after) + 1, after.index(start_after) + 1
+    return before[:a] == after[:b] and _flag_groups(before[a:]) == _flag_groups(after[b:])
+
+
+def equal_proof(diffs, launcher_word):
+    """{ok, unexplained, reordered}: two units the same in systemd's reading - every Exec argv (up to the
+    order of the engine's flags after `launcher_word`), the environment the engine gets, every setting.
+    Adopt -> managed: the render of a recipe against the adopted original."""
+    reordered, unexplained = [], []
+    for diff in diffs:
+        argv = diff.get("argv")
+        if argv and same_engine_arguments(argv["before"], argv["after"], launcher_word):
+            reordered.append(diff["what"])
+        else:
+            unexplained.append({k: v for k, v in diff.items() if k not in ("argv", "edits")})
+    return {"ok": not unexplained, "control": "none", "unexplained": unexplained, "reordered": reordered,
+            "seen": None}
+
+
 # ---- adoption: where the file and systemd's reading of it disagree ------------------------------
 
 # Directive names a template can glue onto an Exec line by losing a newline ("... 8ExecStop=...").

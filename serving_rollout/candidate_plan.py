@@ -22,6 +22,14 @@ def _path(error):
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
 
 
+def schema_errors(schema_file, document):
+    """Every error of `document` against a JSON schema in schemas/ (jsonschema), each as `$.path: what`."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(Path(schema_file).read_text()))
+    return [_message(e) for e in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.path])]
+
+
 def _message(error):
     """A jsonschema error as `$.path.to.field: what is wrong`, the field named for a missing one."""
     if error.validator == "required":
@@ -45,11 +53,7 @@ def candidate_plan_load(text, path):
 def candidate_plan_errors(plan):
     """Every schema error (schemas/candidate-plan.schema.json, checked with jsonschema), each
     naming its path in the document; [] when the plan is valid."""
-    import jsonschema
-
-    schema = json.loads(SCHEMA_FILE.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = [_message(e) for e in sorted(validator.iter_errors(plan), key=lambda e: [str(p) for p in e.path])]
+    errors = schema_errors(SCHEMA_FILE, plan)
     ids = [c.get("id") for c in plan.get("ordered_candidates") or [] if isinstance(c, dict)] \
         if isinstance(plan, dict) else []
     errors += [f"$.ordered_candidates[{n}].id: duplicate id {i!r}" for n, i in enumerate(ids) if i in ids[:n]]
