@@ -71,8 +71,16 @@ def _environment(env, where, problems):
     return out
 
 
-def _process_runtime(recipe, problems):
-    command = recipe["engine_command"]
+def _launcher_words(recipe, args):
+    """The launcher as written: the words before the first flag, and `-m MODULE` (which the engine's
+    argument parsing reads as a flag of its own)."""
+    command = list(recipe["engine_command"])
+    if "-m" in args and len(command) == 1:
+        command += ["-m", str(args.pop("-m"))]
+    return command
+
+
+def _process_runtime(recipe, command, problems):
     python = command[0] if command else ""
     if len(command) == 3 and command[1] == "-m" and command[2] == ENGINE_MODULE.get(recipe["engine"]):
         return {"kind": "process", "python": python}
@@ -83,7 +91,7 @@ def _process_runtime(recipe, problems):
     return {"kind": "process", "python": python if python.startswith("/") else "/usr/bin/python3"}
 
 
-def _container_runtime(recipe, sections, problems):
+def _container_runtime(recipe, command, sections, problems):
     _, argv = split_command(values(sections, "Service", "ExecStart")[0])
     tool = argv[0].rsplit("/", 1)[-1]
     if argv[0] != f"/usr/bin/{tool}":
@@ -96,7 +104,7 @@ def _container_runtime(recipe, sections, problems):
     passed = [name for name in recipe["container_flag_env"] if name not in recipe["container_inline_env"]]
     runtime = {"kind": "container", "tool": tool, "image": recipe["image"], "name": recipe["container_name"] or "",
                "options": options, "env_files": list(recipe["container_env_files"]), "pass_env": passed,
-               "command": list(recipe["engine_command"])}
+               "command": command}
     if "--rm" not in argv:
         problems.append("the container is not run with --rm: the recipe's is (removed when it exits)")
     stop = [split_command(v)[1] for v in values(sections, "Service", "ExecStop")]
@@ -148,10 +156,11 @@ def managed_recipe(unit, recipe, sections):
     if description:
         out["description"] = description[-1]
     out["engine"] = recipe["engine"]
+    command = _launcher_words(recipe, args)
     if recipe["runtime"] == "process":
-        out["runtime"] = _process_runtime(recipe, problems)
+        out["runtime"] = _process_runtime(recipe, command, problems)
     else:
-        out["runtime"] = _container_runtime(recipe, sections, problems)
+        out["runtime"] = _container_runtime(recipe, command, sections, problems)
     out.update(_fields(recipe["engine"], args, problems))
     env = recipe["unit_env"] if recipe["runtime"] == "process" else \
         {k: recipe["env"][k] for k in recipe["container_inline_env"] if k in recipe["env"]}

@@ -29,7 +29,7 @@ RUNTIME_VALUE_OPTS = {
     "--ulimit", "--device", "--cpuset-cpus", "--memory", "-m", "--label", "-l", "--log-driver",
     "--log-opt", "--restart", "--pull", "--cap-add", "--cap-drop", "--security-opt", "--mount",
     "--hostname", "-h", "--stop-timeout", "--stop-signal", "--health-cmd", "--add-host", "--tmpfs",
-    "--cgroupns", "--pid", "--platform",
+    "--cgroupns", "--pid", "--platform", "--secret", "--group-add", "--userns", "--uts",
 }
 # What a candidate must run the same as its original (max concurrency is a control: the catalog's max-num-seqs).
 HELD = ("engine", "runtime", "image", "model", "revision", "tp_size", "context_length", "gpus")

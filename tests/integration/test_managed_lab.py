@@ -1,0 +1,327 @@
+"""Managed mode on the lab host: a unit converged from the inventory's serving recipe (process and
+container; a Quadlet rendered as text where podman has no generator), a candidate rendered from the
+recipe rolled out and restored, promotion as an inventory patch that a re-converge renders (changed
+once, then 0), and adopt -> managed for the lab's adopted shapes, judged in systemd's reading."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, run_playbook
+from test_unit_shapes_lab import CTR_IMAGE, EF_ENV, EF_PORT, EF_UNIT, INSTANCE_ENV, TEMPLATE, container_unit
+
+LAB = LAB_HOST
+PORT = 30051
+UNIT = "sglang-managed.service"
+CANDIDATE = "sglang-managed-candidate.service"
+SECRET = "lab-secret-6f1d0c9e2b7a4e58"  # the lab's API key (roles/lab_serving_host), never in a recipe
+PROCESS_RECIPE = {
+    "unit": UNIT, "engine": "sglang",
+    "runtime": {"kind": "process", "python": "/usr/bin/python3", "script": "/opt/engine-double/engine_double.py"},
+    "model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "revision": "2c9ba0a5b9c2d5c7b2a4e1f0a7d3c6e9b8f1a2d4",
+    "tp": 2, "context": 32768, "host": "127.0.0.1", "port": PORT,
+    "environment": {"NCCL_P2P_DISABLE": "1", "NCCL_CUMEM_ENABLE": "0"},
+    "environment_files": ["/etc/sglang/sglang.env", "/etc/sglang/engine-double.env"],
+    "engine_args": {"--disable-custom-all-reduce": True, "--api-key": "${SGLANG_API_KEY}"},
+    "unit_settings": {"restart": "on-failure", "restart_sec": 5, "timeout_stop_sec": 30,
+                      "limits": {"LimitNOFILE": 65536}, "after": ["network-online.target"],
+                      "dropins": {"10-nice.conf": "[Service]\nNice=0\n"}},
+}
+
+
+def lab(*command, check=True, stdin=None):
+    return subprocess.run(["podman", "exec", "-i", LAB, *command], capture_output=True, text=True, check=check,
+                          input=stdin)
+
+
+def inventory(folder, recipe, comment="# The lab's managed serving unit (engine double)\n"):
+    """An inventory as an Ansible shop keeps one: the lab host, its group_vars, and the recipe in host_vars."""
+    hosts = (REPO / "inventory" / "lab" / "hosts.yml").read_text().replace(
+        "{{ inventory_dir }}/../../lab/.ssh/id_ed25519", str(REPO / "lab" / ".ssh" / "id_ed25519"))
+    (folder / "hosts.yml").write_text(hosts)
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", folder / "group_vars", dirs_exist_ok=True)
+    (folder / "host_vars").mkdir(exist_ok=True)
+    (folder / "host_vars" / "lab-gpu-1.yml").write_text(
+        "---\n" + comment + yaml.safe_dump({"serving_unit_recipe": recipe}, sort_keys=False))
+    return str(folder)
+
+
+def converge(inv, check=False, **extra):
+    result = run_playbook("converge.yml", extra or None, inventory=inv, local=False, check=check)
+    recap = re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=(\d+)", result.stdout)
+    return result, int(recap.group(1)) if recap else None
+
+
+def unit_state(unit=UNIT):
+    text = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,FragmentPath", unit).stdout
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def remove(unit, *paths):
+    lab("sh", "-c", f"systemctl disable --now {unit}; rm -rf /etc/systemd/system/{unit} /etc/systemd/system/{unit}.d "
+                    f"/var/lib/serving-rollout/{unit}* {' '.join(paths)}; systemctl daemon-reload; "
+                    "systemctl reset-failed", check=False)
+
+
+@pytest.fixture
+def managed_process(tmp_path):
+    yield inventory(tmp_path, PROCESS_RECIPE)
+    remove(UNIT, f"/etc/systemd/system/{CANDIDATE}", "/var/lib/serving-rollout/managed",
+           "/etc/engine-double/faults/" + CANDIDATE)
+
+
+def test_a_process_recipe_converges_once_then_changes_nothing_and_check_mode_shows_the_diff(managed_process):
+    result, changed = converge(managed_process)
+    assert result.returncode == 0 and changed and changed > 0, result.stdout[-3000:]
+    assert "Verify the staged unit with systemd-analyze" in result.stdout
+    state = unit_state()
+    assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled", state
+    assert state["FragmentPath"] == f"/etc/systemd/system/{UNIT}"
+    unit_text = lab("cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert "ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path" in unit_text
+    assert "Environment=NCCL_P2P_DISABLE=1" in unit_text and "${SGLANG_API_KEY}" in unit_text
+    assert SECRET not in unit_text  # the secret only by reference (the lab's EnvironmentFile holds it)
+    assert lab("cat", f"/etc/systemd/system/{UNIT}.d/10-nice.conf").stdout == "[Service]\nNice=0\n"
+    again, changed = converge(managed_process)
+    assert again.returncode == 0 and changed == 0, again.stdout[-3000:]
+    # A recipe change in check mode with --diff: the unit's diff is shown, nothing on the host moves.
+    before = lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout
+    recipe = dict(PROCESS_RECIPE, environment={"NCCL_P2P_DISABLE": "0", "NCCL_CUMEM_ENABLE": "0"})
+    inventory(Path(managed_process), recipe)
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", managed_process,
+               str(REPO / "playbooks" / "converge.yml"), "--check", "--diff"]
+    dry = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    assert "-Environment=NCCL_P2P_DISABLE=1" in dry.stdout and "+Environment=NCCL_P2P_DISABLE=0" in dry.stdout
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == before
+
+
+def test_a_bad_recipe_is_refused_by_path_and_a_secret_inline_never_shown(tmp_path):
+    recipe = dict(PROCESS_RECIPE, tp="two", environment={"HF_TOKEN": "hf_inlineSecretValue42"},
+                  engine_args={"--api-key": "sk-inline-secret-77"})
+    result, _ = converge(inventory(tmp_path, recipe))
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert "$.tp: 'two' is not valid under any of the given schemas" in text, text[-2000:]
+    recipe = dict(PROCESS_RECIPE, environment={"HF_TOKEN": "hf_inlineSecretValue42"},
+                  engine_args={"--api-key": "sk-inline-secret-77"})
+    result, _ = converge(inventory(tmp_path, recipe))
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert "$.environment.HF_TOKEN: a secret-named variable inline" in text, text[-2000:]
+    assert "$.engine_args.--api-key: a secret inline; give it as a $VAR reference" in text
+    assert "hf_inlineSecretValue42" not in result.stdout + result.stderr
+    assert "sk-inline-secret-77" not in result.stdout + result.stderr
+    assert lab("test", "-e", f"/etc/systemd/system/{UNIT}", check=False).returncode == 1  # nothing written
+
+
+def test_a_managed_candidate_rolls_out_restores_and_promotes_as_an_inventory_patch(managed_process, tmp_path):
+    result, _ = converge(managed_process)
+    assert result.returncode == 0, result.stdout[-3000:]
+    unit_sha = lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout
+    # The double's speedup fault makes the candidate 40 % faster: an acceptable decision on a loaded machine too.
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.4 > /etc/engine-double/faults/{CANDIDATE}")
+    evidence = tmp_path / "evidence"
+    rollout = run_playbook("candidate.yml", {
+        "serving_recipe_unit": UNIT, "rollout_engine_port": PORT, "rollout_evidence_dir": str(evidence),
+        "rollout_gpu_process_pattern": f"engine_double.py .*--port {PORT}", "rollout_cell_requests": 6,
+        **CPU_SHARED_WITH_OTHER_JOBS}, inventory=managed_process, local=False)
+    lab("rm", "-f", f"/etc/engine-double/faults/{CANDIDATE}")
+    assert rollout.returncode == 0, rollout.stdout[-4000:]
+    assert "Render the one-control candidate from the recipe (managed mode" in rollout.stdout
+    assert "path: environment.NCCL_P2P_DISABLE" in rollout.stdout
+    # Restored exactly: the same file, serving, no candidate left.
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
+    assert unit_state()["ActiveState"] == "active"
+    assert lab("test", "-e", f"/etc/systemd/system/{CANDIDATE}", check=False).returncode == 1
+    run = next(evidence.glob("lab-gpu-1/rollout-*"))
+    recipes = json.loads((run / "recipes.json").read_text())
+    assert recipes["difference"] == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+    assert recipes["managed"]["unit"] == UNIT and recipes["managed_sha256"]
+    assert json.loads((run / "decision.json").read_text())["verdict"] == "acceptable"
+    run_id = run.name.removeprefix("rollout-")
+
+    # Promotion writes the patch to host_vars (and shows it); the host is not touched.
+    host_vars = Path(managed_process) / "host_vars" / "lab-gpu-1.yml"
+    before = host_vars.read_text()
+    promoted = run_playbook("promote.yml", {"promotion_evidence_dir": str(evidence), "promotion_run_id": run_id,
+                                            "promotion_approved_run_id": run_id, "serving_recipe_unit": UNIT},
+                            inventory=managed_process, local=False)
+    assert promoted.returncode == 0, promoted.stdout[-3000:]
+    assert "PROMOTED in the inventory" in promoted.stdout
+    assert host_vars.read_text() == before  # a patch to review, not an edit
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
+    patch_dir = evidence / "lab-gpu-1" / f"promotion-{run_id}"
+    patch = (patch_dir / "inventory.patch").read_text()
+    moved = [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert moved == ["-    NCCL_P2P_DISABLE: '1'", "+    NCCL_P2P_DISABLE: '0'"], patch
+    assert "# The lab's managed serving unit (engine double)" in (patch_dir / "recipe-after.yml").read_text()
+
+    # Applying the inventory again renders the promoted original: changed once (restarted), then 0.
+    subprocess.run(["patch", "-p1", "-d", managed_process], input=patch, text=True, check=True, capture_output=True)
+    result, changed = converge(managed_process)
+    assert result.returncode == 0 and changed and changed > 0, result.stdout[-3000:]
+    assert "Environment=NCCL_P2P_DISABLE=0" in lab("cat", f"/etc/systemd/system/{UNIT}").stdout
+    state = unit_state()
+    assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state
+    again, changed = converge(managed_process)
+    assert again.returncode == 0 and changed == 0, again.stdout[-3000:]
+    # Undo: the reverse patch and a converge render the previous recipe's unit byte for byte.
+    subprocess.run(["patch", "-p1", "-d", managed_process], input=(patch_dir / "inventory-revert.patch").read_text(),
+                   text=True, check=True, capture_output=True)
+    result, changed = converge(managed_process)
+    assert result.returncode == 0 and changed > 0
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
+
+
+def test_a_managed_candidate_is_refused_when_the_host_was_edited_by_hand(managed_process, tmp_path):
+    assert converge(managed_process)[0].returncode == 0
+    lab("sh", "-c", f"sed -i 's/RestartSec=5/RestartSec=7/' /etc/systemd/system/{UNIT} && systemctl daemon-reload")
+    result = run_playbook("candidate-render.yml", {"serving_recipe_unit": UNIT}, inventory=managed_process,
+                          local=False)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert f"/etc/systemd/system/{UNIT} is not the render of the inventory's recipe" in text, text[-2000:]
+    assert lab("test", "-e", f"/etc/systemd/system/{CANDIDATE}", check=False).returncode == 1
+
+
+CTR_UNIT = "sglang-mctr.service"
+CTR_PORT = 30052
+
+
+@pytest.fixture
+def lab_image():
+    lab("sh", "-c", f"podman image exists {CTR_IMAGE} || (tar -C / -c --exclude=usr/share/doc "
+                    "--exclude=usr/share/man --exclude=usr/share/locale --exclude=usr/lib/podman "
+                    "usr etc bin sbin lib lib64 opt/engine-double 2>/dev/null "
+                    f"| podman import --quiet --change 'ENV NCCL_IB_DISABLE=1' - {CTR_IMAGE})")
+    yield lab("podman", "image", "inspect", "--format", "{{.Digest}}", CTR_IMAGE).stdout.strip()
+    lab("sh", "-c", "podman rm -f sglang-mctr sglang-mctr-candidate; rm -rf /etc/containers/systemd", check=False)
+    remove(CTR_UNIT, "/var/lib/serving-rollout/managed")
+
+
+def container_recipe(digest, output="service"):
+    return {"unit": CTR_UNIT, "engine": "sglang",
+            "runtime": {"kind": "container", "tool": "podman", "image": f"{CTR_IMAGE.split(':')[0]}@{digest}",
+                        "name": "sglang-mctr", "options": ["--network", "host"],
+                        "env_files": ["/etc/sglang/engine-double.env"], "pass_env": ["SGLANG_API_KEY"],
+                        "command": ["python3", "/opt/engine-double/engine_double.py"], "stop_timeout_s": 20},
+            "model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "tp": 2, "context": 32768, "host": "127.0.0.1",
+            "port": CTR_PORT, "environment": {"NCCL_P2P_DISABLE": "1"},
+            "environment_files": ["/etc/sglang/sglang.env"],
+            "engine_args": {"--api-key": "${SGLANG_API_KEY}"},
+            "unit_settings": {"timeout_stop_sec": 40}, "output": output}
+
+
+def test_a_container_recipe_converges_and_its_quadlet_is_rendered_and_checked_as_text(lab_image, tmp_path):
+    inv = inventory(tmp_path, container_recipe(lab_image))
+    result, changed = converge(inv)
+    assert result.returncode == 0 and changed > 0, result.stdout[-3000:]
+    assert unit_state(CTR_UNIT)["ActiveState"] == "active"
+    assert lab("podman", "inspect", "--format", "{{.Name}} {{.ImageDigest}}", "sglang-mctr").stdout.split() == \
+        ["sglang-mctr", lab_image]
+    assert converge(inv)[1] == 0
+    remove(CTR_UNIT)
+    # The Quadlet output: this lab's podman (Debian 12's 4.3) has no generator, so the file is rendered,
+    # checked as text, installed where podman 4.4+ reads it, and the playbook says so (README).
+    inv = inventory(tmp_path, container_recipe(lab_image, "quadlet"))
+    result, changed = converge(inv)
+    assert result.returncode == 0 and changed > 0, result.stdout[-3000:]
+    assert "the Quadlet was rendered and checked as text" in re.sub(r"\s+", " ", result.stdout)
+    quadlet = lab("cat", "/etc/containers/systemd/sglang-mctr.container").stdout
+    assert f"Image={CTR_IMAGE.split(':')[0]}@{lab_image}" in quadlet and "ContainerName=sglang-mctr" in quadlet
+    assert "PodmanArgs=--network host -e SGLANG_API_KEY" in quadlet and SECRET not in quadlet
+    assert converge(inv)[1] == 0
+
+
+# ---- adopt -> managed: the lab's adopted shapes ---------------------------------------------------
+
+def adopt(unit, folder):
+    result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": unit, "serving_unit_adopt_dir": str(folder)},
+                          inventory="inventory/lab", local=False)
+    written = folder / f"managed-recipe-{unit}.yml"
+    return result, (yaml.safe_load(written.read_text()) if written.exists() else None)
+
+
+def test_adopt_the_labs_plain_unit_is_proven_equal_and_its_recipe_converges_to_the_same_unit(tmp_path):
+    result, recipe = adopt("sglang.service", tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "EQUAL: the recipe renders sglang.service as systemd runs it" in result.stdout
+    recipe = recipe["serving_unit_recipe"]
+    assert recipe["engine_args"]["--api-key"] == "${SGLANG_API_KEY}" and SECRET not in json.dumps(recipe)
+    assert recipe["environment"]["NCCL_P2P_DISABLE"] == "1" and recipe["tp"] == 2
+    assert lab("test", "-e", "/etc/systemd/system/sglang-managed-check.service", check=False).returncode == 1
+
+
+def test_adopt_an_environment_file_unit_is_proven_equal():
+    lab("sh", "-c", "mkdir -p /etc/sglang-ef && cat > /etc/sglang-ef/nccl.env", stdin=EF_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-ef.service && systemctl daemon-reload", stdin=EF_UNIT)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="adopt-ef-"))
+        result, recipe = adopt("sglang-ef.service", folder)
+        assert result.returncode == 0, result.stdout[-3000:]
+        recipe = recipe["serving_unit_recipe"]
+        assert recipe["environment_files"] == ["/etc/sglang-ef/nccl.env", "/etc/sglang/engine-double.env"]
+        assert recipe["port"] == EF_PORT and "ef-key-7c2d90" not in json.dumps(recipe)
+    finally:
+        remove("sglang-ef.service", "/etc/sglang-ef")
+
+
+def test_adopt_a_template_instance_keeps_its_references_and_is_proven_equal(tmp_path):
+    lab("sh", "-c", "cat > /etc/sglang/qwen.env && chmod 600 /etc/sglang/qwen.env", stdin=INSTANCE_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang@.service && systemctl daemon-reload", stdin=TEMPLATE)
+    try:
+        result, recipe = adopt("sglang@qwen.service", tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:]
+        recipe = recipe["serving_unit_recipe"]
+        # The instance's values stay where the operator put them: in its EnvironmentFile, referenced.
+        assert recipe["model"] == "${MODEL}" and recipe["tp"] == "${TENSOR_PARALLEL_SIZE}", recipe
+        assert "/etc/sglang/qwen.env" in recipe["environment_files"] and "tmpl-key-51ac" not in json.dumps(recipe)
+    finally:
+        lab("sh", "-c", "rm -f /etc/systemd/system/sglang@.service /etc/sglang/qwen.env; systemctl daemon-reload",
+            check=False)
+
+
+def test_adopt_a_podman_container_unit_is_proven_equal(lab_image, tmp_path):
+    lab("sh", "-c", "mkdir -p /etc/sglang-ctr && printf 'NCCL_P2P_DISABLE=1\\n' > /etc/sglang-ctr/nccl.env")
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-ctr.service && systemctl daemon-reload",
+        stdin=container_unit(lab_image))
+    try:
+        result, recipe = adopt("sglang-ctr.service", tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:]
+        runtime = recipe["serving_unit_recipe"]["runtime"]
+        assert runtime["image"].endswith(lab_image) and runtime["name"] == "sglang-ctr"
+        assert runtime["env_files"] == ["/etc/sglang-ctr/nccl.env", "/etc/sglang/engine-double.env"]
+        assert runtime["pass_env"] == ["SGLANG_API_KEY"] and runtime["stop_timeout_s"] == 20
+    finally:
+        remove("sglang-ctr.service", "/etc/sglang-ctr")
+
+
+def test_adopt_shows_each_difference_where_the_recipe_cannot_hold_the_unit(tmp_path):
+    """A unit that holds its secrets inline (an Environment= token, an --api-key value): the recipe leaves
+    them out, so its render differs; each difference is shown and the playbook fails, with the host
+    unchanged (no check unit left) and no secret shown."""
+    text = ("[Service]\nEnvironment=NCCL_P2P_DISABLE=1\nEnvironment=HF_TOKEN=hf_inlineAdoptSecret99\n"
+            "ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path m --tp-size 2 "
+            "--port 30054 --api-key sk-inlineAdoptKey5\n")
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-inline.service && systemctl daemon-reload", stdin=text)
+    try:
+        result, recipe = adopt("sglang-inline.service", tmp_path)
+        out = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert "NOT EQUAL" in out and "sets the secret-named HF_TOKEN inline" in out, out[-3000:]
+        assert "engine argument --api-key holds a secret inline" in out
+        assert "environment HF_TOKEN" in out  # systemd's reading shows where the render differs
+        assert "hf_inlineAdoptSecret99" not in result.stdout and "sk-inlineAdoptKey5" not in result.stdout
+        assert "hf_inlineAdoptSecret99" not in json.dumps(recipe) and "sk-inlineAdoptKey5" not in json.dumps(recipe)
+        assert lab("test", "-e", "/etc/systemd/system/sglang-inline-managed-check.service",
+                   check=False).returncode == 1
+    finally:
+        remove("sglang-inline.service")
