@@ -325,3 +325,41 @@ def test_adopt_shows_each_difference_where_the_recipe_cannot_hold_the_unit(tmp_p
                    check=False).returncode == 1
     finally:
         remove("sglang-inline.service")
+
+
+def test_the_fleet_runner_and_the_plan_executor_roll_out_a_managed_unit(managed_process, tmp_path):
+    """bin/serving-rollout's fleet run (canary) and plan executor, on a host whose unit the inventory renders:
+    the candidates come from the recipe, the original is restored byte for byte after each."""
+    assert converge(managed_process)[0].returncode == 0
+    unit_sha = lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5 > /etc/engine-double/faults/{CANDIDATE}")
+    extra = json.dumps({"serving_recipe_unit": UNIT, "rollout_engine_port": PORT,
+                        "rollout_gpu_process_pattern": f"engine_double.py .*--port {PORT}",
+                        "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,
+                        **CPU_SHARED_WITH_OTHER_JOBS})
+    cli = [str(REPO / "bin" / "serving-rollout")]
+    fleet = subprocess.run(cli + ["run", "candidate", "-i", managed_process, "--canary", "1", "--evidence",
+                                  str(tmp_path / "fleet"), "-e", extra],
+                           cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert fleet.returncode == 0, fleet.stdout[-4000:] + fleet.stderr[-2000:]
+    assert any(line.startswith("lab-gpu-1: acceptable") for line in fleet.stdout.splitlines()), fleet.stdout[-3000:]
+    run = next((tmp_path / "fleet").glob("lab-gpu-1/rollout-*"))
+    assert json.loads((run / "recipes.json").read_text())["managed"]["unit"] == UNIT
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [
+        {"id": "p2p", "change": "NCCL_P2P_DISABLE=1 -> 0", "gate": "all gates, bracketed cells"},
+        {"id": "scheduler-and-speculation", "change": "--chunked-prefill-size 4096", "gate": "all gates",
+         "control": {"chunked_prefill_size": 4096}}]}))
+    executed = subprocess.run(cli + ["plan", str(plan), "-i", managed_process, "--evidence", str(tmp_path / "plan"),
+                                     "-e", extra], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert executed.returncode == 0, executed.stdout[-4000:] + executed.stderr[-2000:]
+    doc = json.loads(next((tmp_path / "plan").glob("plan-*/report.json")).read_text())
+    assert [(c["id"], c["status"], c.get("outcome")) for c in doc["candidates"]] == [
+        ("p2p", "decided", "acceptable"), ("scheduler-and-speculation", "decided", "acceptable")], doc
+    second = json.loads(Path(doc["candidates"][1]["hosts"][0]["evidence"], "recipes.json").read_text())
+    # One control from the recipe, never stacked on the first candidate's (P2P stays disabled).
+    assert second["difference"]["control"] == "arg:--chunked-prefill-size", second["difference"]
+    assert second["managed"]["environment"]["NCCL_P2P_DISABLE"] == "1"  # the inventory's recipe, unchanged
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
