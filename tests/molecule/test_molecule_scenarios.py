@@ -22,4 +22,4 @@ def test_molecule_scenario_passes(scenario):
 
 
 def test_every_scenario_is_found():
-    assert {"lab_serving_host", "rollout", "serving_recipe"} <= set(SCENARIOS), SCENARIOS
+    assert {"lab_serving_host", "rollout", "serving_recipe", "serving_unit"} <= set(SCENARIOS), SCENARIOS
