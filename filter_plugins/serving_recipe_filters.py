@@ -6,12 +6,12 @@ from serving_rollout import recipe
 from serving_rollout.module_utils.recipe_render import RecipeRenderError, launcher_word, recipe_difference
 
 
-def serving_recipe_errors(document):
+def recipe_errors(document):
     """Every error of a serving recipe ($.path: what), schema and rules; [] when it is good."""
     return recipe.recipe_errors(document)
 
 
-def serving_recipe_files(document, header=None):
+def recipe_files(document, header=None):
     """{path: text} of the unit (or Quadlet) and drop-ins the recipe becomes (the managed header, or `header`)."""
     try:
         return recipe.recipe_files(document, None if header is None else list(header))
@@ -19,7 +19,7 @@ def serving_recipe_files(document, header=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def serving_recipe_candidate(document, change, candidate_unit):
+def recipe_candidate(document, change, candidate_unit):
     """The recipe with the one control changed, as the never-enabled candidate unit."""
     try:
         return recipe.candidate_recipe(document, change, candidate_unit)
@@ -27,25 +27,25 @@ def serving_recipe_candidate(document, change, candidate_unit):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def serving_recipe_difference(before, after):
+def recipe_changes(before, after):
     """The fields two recipes differ in, as dotted paths: [{path, before, after}]."""
     if not isinstance(before, dict) or not isinstance(after, dict):
-        raise AnsibleFilterError(f"serving_recipe_difference takes two recipes, got {type(before).__name__} "
+        raise AnsibleFilterError(f"recipe_changes takes two recipes, got {type(before).__name__} "
                                  f"and {type(after).__name__}")
     return recipe_difference(before, after)
 
 
-def serving_recipe_launcher_word(document):
+def recipe_launcher_word(document):
     """The last word of the recipe's engine launcher (the engine's flags follow it)."""
     try:
         return launcher_word(recipe.checked(document))
     except (recipe.RecipeError, KeyError) as exc:
-        raise AnsibleFilterError(f"serving_recipe_launcher_word: {exc}") from exc
+        raise AnsibleFilterError(f"recipe_launcher_word: {exc}") from exc
 
 
 class FilterModule:
     def filters(self):
-        return {"serving_recipe_errors": serving_recipe_errors, "serving_recipe_files": serving_recipe_files,
-                "serving_recipe_candidate": serving_recipe_candidate,
-                "serving_recipe_difference": serving_recipe_difference,
-                "serving_recipe_launcher_word": serving_recipe_launcher_word}
+        return {"recipe_errors": recipe_errors, "recipe_files": recipe_files,
+                "recipe_candidate": recipe_candidate,
+                "recipe_changes": recipe_changes,
+                "recipe_launcher_word": recipe_launcher_word}

@@ -71,7 +71,8 @@ def test_every_progress_kind_the_plays_emit_has_a_line():
                 for child in node:
                     walk(child)
         walk(yaml.safe_load(path.read_text()))
-    for path in (REPO / "action_plugins").glob("*.py"):  # actions that report (latency_arm: each cell)
+    # actions and modules that report (latency_arm: each cell; rollout_phase: each phase)
+    for path in list((REPO / "action_plugins").glob("*.py")) + list((REPO / "library").glob("*.py")):
         kinds.update(re.findall(r'"rollout_progress": \{\s*"kind": "([a-z-]+)"', path.read_text()))
     assert {"phase", "cell", "outcome", "not-started", "rollback"} <= kinds
     for kind in kinds:
