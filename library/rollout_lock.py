@@ -66,6 +66,10 @@ options:
   lease_s:
     description: With state=held, renew the lease for this many seconds when the lock is held.
     type: int
+  must_hold:
+    description: With state=held, fail - naming who took the lock over - unless this token still holds it.
+    type: bool
+    default: false
   min_free_mib:
     description: >-
       Taking the lock, the free space the state folder must have (the snapshot, the state and decision records);
@@ -111,6 +115,7 @@ import json
 import os
 import time
 
+from ansible.module_utils.arm import lock_lost
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import free_mib, free_space, proc_stat
 
@@ -206,6 +211,7 @@ def main():
             "state_file": {"type": "path"},
             "controller": {"type": "dict"},
             "lease_s": {"type": "int"},
+            "must_hold": {"type": "bool", "default": False},
             "min_free_mib": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
@@ -219,6 +225,8 @@ def main():
         except OSError as exc:
             folder = os.path.dirname(p["path"])
             module.fail_json(msg=f"cannot renew the lease {p['path']}.lease: {exc.strerror} ({free_space(folder)})")
+        if p["must_hold"] and not mine:
+            module.fail_json(msg=lock_lost({"held": False, "lock": current or {}}), held=False, lock=current or {})
         module.exit_json(changed=False, held=mine, lock=current or {}, lease=lease)
     if p["state"] == "absent":
         if current is None:

@@ -108,6 +108,28 @@ def test_candidate_faults_restore_the_original_and_name_the_cause(lab_baseline, 
     assert_restored(*lab_baseline)
 
 
+def test_a_failure_after_the_first_lease_but_before_the_stop_leaves_the_original_serving_and_says_so(lab_baseline):
+    """A failure inside the candidate phase before the original was stopped (here a folder where the
+    host-side watchdog's script goes, which would have taken the script inside it and left no watchdog):
+    the original never stopped, so the same invocation serving is the proof, never a false 'NOT restored'."""
+    watchdog = "/var/lib/serving-rollout/sglang.service/watchdog.sh"
+    lab("sh", "-c", f"rm -rf {watchdog} && mkdir -p {watchdog}")  # a folder where the script goes
+    try:
+        result = rollout()
+    finally:
+        lab("rm", "-rf", watchdog, check=False)
+    assert result.returncode != 0
+    message = re.sub(r"\s+", " ", result.stdout)
+    assert "failed and the original was restored and proven; cause: Assert the watchdog script is where its unit " \
+           "runs it: the watchdog script went to /var/lib/serving-rollout/sglang.service/watchdog.sh/watchdog.sh.j2" \
+        in message, message[-3000:]
+    state = show()
+    assert state["ActiveState"] == "active" and state["InvocationID"] == lab_baseline[0], state  # never stopped
+    assert files_hash() == lab_baseline[1]
+    assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+    assert lab("test", "-e", LOCK, check=False).returncode == 1
+
+
 def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_acceptable(lab_baseline):
     """The field case: the candidate passes its gates, then dies in its cells and systemd restarts it.
     Its process identity changed, so the run fails with that cause, restores, and decides reject."""
