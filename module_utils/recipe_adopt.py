@@ -71,12 +71,15 @@ def _environment(env, where, problems):
     return out
 
 
-def _launcher_words(recipe, args):
+def _launcher_words(recipe, args, out):
     """The launcher as written: the words before the first flag, and `-m MODULE` (which the engine's
-    argument parsing reads as a flag of its own)."""
+    argument parsing reads as a flag of its own). Under `vllm serve` the model is its positional word:
+    it goes to the recipe's model field."""
     command = list(recipe["engine_command"])
     if "-m" in args and len(command) == 1:
         command += ["-m", str(args.pop("-m"))]
+    if len(command) == 3 and command[1] == "serve":
+        out["model"] = command.pop()
     return command
 
 
@@ -84,11 +87,12 @@ def _process_runtime(recipe, command, problems):
     python = command[0] if command else ""
     if len(command) == 3 and command[1] == "-m" and command[2] == ENGINE_MODULE.get(recipe["engine"]):
         return {"kind": "process", "python": python}
-    if len(command) == 2 and command[1].startswith("/"):
+    if len(command) == 2 and command[1].startswith("/") and not command[1].endswith("/serve"):
         return {"kind": "process", "python": python, "script": command[1]}
-    problems.append(f"launcher {' '.join(command)!r} is neither '<python> -m {ENGINE_MODULE.get(recipe['engine'])}' "
-                    "nor '<python> <script path>': the recipe renders the former")
-    return {"kind": "process", "python": python if python.startswith("/") else "/usr/bin/python3"}
+    if command and command[0].startswith("/"):
+        return {"kind": "process", "command": command}  # a CLI (`vllm serve`), word for word
+    problems.append(f"launcher {' '.join(command)!r} is not an absolute path: the recipe runs one")
+    return {"kind": "process", "python": "/usr/bin/python3"}
 
 
 def _container_runtime(recipe, command, sections, problems):
@@ -156,7 +160,7 @@ def managed_recipe(unit, recipe, sections):
     if description:
         out["description"] = description[-1]
     out["engine"] = recipe["engine"]
-    command = _launcher_words(recipe, args)
+    command = _launcher_words(recipe, args, out)
     if recipe["runtime"] == "process":
         out["runtime"] = _process_runtime(recipe, command, problems)
     else:

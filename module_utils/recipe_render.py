@@ -70,12 +70,22 @@ def recipe_problems(recipe):
     return problems
 
 
+def serves_positionally(recipe):
+    """`vllm serve MODEL`: the CLI takes the model as its first word, not as --model."""
+    launcher = _launcher(recipe)
+    return bool(launcher) and launcher[-1] == "serve"
+
+
 def engine_argv(recipe):
     """The engine's own arguments: the recipe's fields first (model, revision, TP, context, host, port),
-    then engine_args in their order; true is a bare switch, false leaves the flag out."""
+    then engine_args in their order; true is a bare switch, false leaves the flag out. Under
+    `vllm serve` the model is the first word."""
     flags = FIELD_FLAGS[recipe["engine"]]
-    argv = []
+    positional = serves_positionally(recipe)
+    argv = [_value(recipe["model"])] if positional else []
     for field in FIELD_ORDER:
+        if field == "model" and positional:
+            continue
         if recipe.get(field) not in (None, ""):
             argv += [flags[field], _value(recipe[field])]
     for flag, value in (recipe.get("engine_args") or {}).items():
@@ -89,6 +99,8 @@ def engine_argv(recipe):
 def _launcher(recipe):
     runtime = recipe["runtime"]
     if runtime["kind"] == "process":
+        if runtime.get("command"):
+            return list(runtime["command"])
         return [runtime["python"], runtime["script"]] if runtime.get("script") else \
             [runtime["python"], "-m", ENGINE_MODULE[recipe["engine"]]]
     if "command" in runtime:
@@ -97,10 +109,11 @@ def _launcher(recipe):
 
 
 def launcher_word(recipe):
-    """The last word of the engine's launcher (its module or script, or the image when the image runs it):
-    the engine's own flags follow it, in an order that means nothing to its parser."""
+    """The last word before the engine's own flags (its module or script, the image when the image runs it,
+    the model under `vllm serve`): the flags follow it, in an order that means nothing to its parser."""
     image = [recipe["runtime"]["image"]] if recipe["runtime"]["kind"] == "container" else []
-    return (image + _launcher(recipe))[-1]
+    model = [_value(recipe["model"])] if serves_positionally(recipe) else []
+    return (image + _launcher(recipe) + model)[-1]
 
 
 def container_argv(recipe):

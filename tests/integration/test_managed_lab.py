@@ -173,6 +173,15 @@ def test_a_managed_candidate_rolls_out_restores_and_promotes_as_an_inventory_pat
     assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state
     again, changed = converge(managed_process)
     assert again.returncode == 0 and changed == 0, again.stdout[-3000:]
+    # The converge made the promoted unit the restore recipe: rollback.yml restores what the inventory
+    # renders now, never the unit before the promotion.
+    promoted_sha = lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout
+    rollback = run_playbook("rollback.yml", {"serving_recipe_unit": UNIT, "rollout_engine_port": PORT,
+                                             "rollout_evidence_dir": str(evidence),
+                                             "rollout_gpu_process_pattern": f"engine_double.py .*--port {PORT}"},
+                            inventory=managed_process, local=False)
+    assert rollback.returncode == 0, rollback.stdout[-3000:]
+    assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == promoted_sha
     # Undo: the reverse patch and a converge render the previous recipe's unit byte for byte.
     subprocess.run(["patch", "-p1", "-d", managed_process], input=(patch_dir / "inventory-revert.patch").read_text(),
                    text=True, check=True, capture_output=True)

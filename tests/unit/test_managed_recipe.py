@@ -215,7 +215,7 @@ def test_what_a_recipe_cannot_hold_is_named_and_no_secret_enters_it():
     recipe, problems = recipe_adopt.managed_recipe("vllm.service", parsed, sections)
     assert any("sets the secret-named HF_TOKEN inline" in p for p in problems)
     assert any("engine argument --api-key holds a secret inline" in p for p in problems)
-    assert any(p.startswith("launcher '/usr/local/bin/vllm serve m' is neither") for p in problems)
+    assert len(problems) == 2 and recipe["model"] == "m" and recipe["runtime"]["command"][-1] == "serve"
     assert "hf_adoptSecret1" not in str((recipe, problems)) and "sk-adopt-2" not in str((recipe, problems))
 
 
@@ -235,3 +235,29 @@ def test_the_equality_proof_forgives_the_order_of_engine_flags_only():
     assert not unit_oracle.equal_proof([diff], "/opt/x.py")["ok"]  # the runtime's order counts (env-file order)
     setting = {"what": "setting Slice", "before": "system-sglang.slice", "after": "system.slice"}
     assert unit_oracle.equal_proof([setting], "/opt/x.py")["unexplained"] == [setting]
+
+
+def test_vllm_serve_keeps_its_model_positional_in_the_recipe_and_the_render():
+    text = ("[Service]\nEnvironmentFile=/etc/vllm/vllm.env\nEnvironment=NCCL_P2P_DISABLE=1\n"
+            "ExecStart=/opt/vllm/.venv/bin/vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8 "
+            "--max-model-len 65536 --port 8000 --api-key ${VLLM_API_KEY}\n")
+    parsed, sections = adopted(text)
+    recipe, problems = recipe_adopt.managed_recipe("vllm.service", parsed, sections)
+    assert problems == [] and managed.recipe_errors(recipe) == []
+    assert recipe["runtime"] == {"kind": "process", "command": ["/opt/vllm/.venv/bin/vllm", "serve"]}
+    assert recipe["model"] == "meta-llama/Llama-3.1-70B-Instruct" and recipe["tp"] == 8
+    rendered = managed.recipe_files(recipe)["/etc/systemd/system/vllm.service"]
+    back = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(rendered))
+    assert back["argv"] == parsed["argv"]  # the same words, in the same order
+    assert recipe_render.launcher_word(recipe) == "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def test_the_docker_vllm_fixture_converts_but_names_its_inline_token():
+    parsed, sections = adopted(open("tests/fixtures/units/vllm-docker.service").read())
+    recipe, problems = recipe_adopt.managed_recipe("vllm.service", parsed, sections)
+    assert problems == ["-e sets the secret-named HF_TOKEN inline: the recipe takes secrets only by reference "
+                        "(an EnvironmentFile, or a podman secret); left out"]
+    assert "hf_inline_secret_0003" not in str(recipe)
+    assert recipe["runtime"]["tool"] == "docker" and recipe["runtime"]["command"] == ["vllm", "serve"]
+    assert recipe["runtime"]["options"] == ["--gpus", "all", "--ipc", "host"] and recipe["tp"] == 8
+    assert managed.recipe_errors(recipe) == []
