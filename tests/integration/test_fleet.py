@@ -116,6 +116,8 @@ def failed_rollback_of_lab_gpu_3():
     assert result.returncode == 4, result.stdout[-4000:] + result.stderr[-2000:]
     proof = restoration(evidence, "lab-gpu-3")
     assert proof["restored"] is False
+    # The refused rollback released its own lock: the next run is not refused by it.
+    assert on("lab-gpu-3", "test", "-e", "/var/lib/serving-rollout/sglang.service.lock", check=False).returncode == 1
     return " ".join(proof["failure"].split())
 
 

@@ -102,6 +102,13 @@ def test_a_process_recipe_converges_once_then_changes_nothing_and_check_mode_sho
     assert dry.returncode == 0, dry.stdout[-3000:]
     assert "-Environment=NCCL_P2P_DISABLE=1" in dry.stdout and "+Environment=NCCL_P2P_DISABLE=0" in dry.stdout
     assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == before
+    # A drop-in taken out of the recipe goes from the host too (the tool's own file, listed when installed).
+    settings = {k: v for k, v in PROCESS_RECIPE["unit_settings"].items() if k != "dropins"}
+    inventory(Path(managed_process), dict(PROCESS_RECIPE, unit_settings=settings))
+    result, changed = converge(managed_process)
+    assert result.returncode == 0 and changed and changed > 0, result.stdout[-3000:]
+    assert lab("test", "-e", f"/etc/systemd/system/{UNIT}.d/10-nice.conf", check=False).returncode == 1
+    assert unit_state()["ActiveState"] == "active"
 
 
 def test_a_bad_recipe_is_refused_by_path_and_a_secret_inline_never_shown(tmp_path):

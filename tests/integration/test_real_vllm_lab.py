@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook
 
 # One real-engine host: its tests run on one worker, one after another.
@@ -154,6 +155,26 @@ def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_res
     assert after["ActiveState"] == "active" and after["UnitFileState"] == "enabled", after
     assert after["InvocationID"] != before["InvocationID"] and after_hash == before_hash
     assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
+
+
+def test_the_real_vllm_unit_converts_to_a_recipe_proven_equal_in_systemds_reading(vllm_host, tmp_path):
+    """Adopt -> managed on the operator-written vllm.service of the real engine: a JSON-valued flag, bare
+    switches, KillMode (no recipe field: kept in a drop-in of its own). systemd's readings of the unit and
+    of the recipe's render (a check unit, never started) are the same; the engine is never touched."""
+    before = identity()
+    result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": "vllm.service",
+                                                "serving_unit_adopt_dir": str(tmp_path)},
+                          inventory="inventory/lab-vllm", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "EQUAL: the recipe renders vllm.service as systemd runs it" in result.stdout
+    recipe = yaml.safe_load((tmp_path / "managed-recipe-vllm.service.yml").read_text())
+    recipe = recipe["serving_unit_recipe"]
+    assert recipe["engine"] == "vllm" and recipe["runtime"]["python"] == "/opt/vllm/bin/python"
+    assert recipe["engine_args"]["--structured-outputs-config"] == \
+        '{"backend": "xgrammar", "disable_any_whitespace": true}'
+    assert recipe["unit_settings"]["dropins"] == {"50-adopted.conf": "[Service]\nKillMode=mixed\n"}
+    assert identity() == before  # the same invocation serving, the same file
+    assert on("test", "-e", "/etc/systemd/system/vllm-managed-check.service", check=False).returncode == 1
 
 
 def test_p2p_on_a_gloo_engine_is_refused_before_any_change_with_the_true_reason(vllm_host):
