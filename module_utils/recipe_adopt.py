@@ -19,6 +19,8 @@ HELD_SERVICE_KEYS = {"Type", "Environment", "EnvironmentFile", "ExecStart", "Exe
 SETTING_FIELDS = {"User": "user", "Group": "group", "Restart": "restart", "RestartSec": "restart_sec",
                   "TimeoutStartSec": "timeout_start_sec", "TimeoutStopSec": "timeout_stop_sec"}
 ADOPTED_DROPIN = "50-adopted.conf"
+# A whole word `$NAME`: systemd splits its value into words at start.
+UNBRACED_VAR = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
 # podman/docker run options the recipe holds in fields of its own.
 HELD_RUNTIME_OPTIONS = {"--name", "--rm", "--env-file", "-e", "--env"}
 
@@ -43,6 +45,9 @@ def _fields(engine, args, problems):
         if value is True:
             problems.append(f"engine argument {found[0]} has no value")
             continue
+        if ":-" in str(value) or ":+" in str(value):
+            problems.append(f"engine argument {found[0]} {value!r}: systemd does not expand ${{VAR:-default}}, "
+                            "so the engine gets these very characters")
         out[field] = _number_or_ref(value) if field in INTEGER_FIELDS else str(value)
     return out
 
@@ -100,15 +105,19 @@ def _container_runtime(recipe, command, sections, problems):
     tool = argv[0].rsplit("/", 1)[-1]
     if argv[0] != f"/usr/bin/{tool}":
         problems.append(f"runtime {argv[0]}: the recipe runs /usr/bin/{tool}")
-    options = []
-    for option, value in runtime_options(split_runtime(argv)[1]):
-        if option in HELD_RUNTIME_OPTIONS:
-            continue
-        options += [option] if value is True else [option, str(value)]
+    options, written = [], split_runtime(argv)[1]
+    for option, value in runtime_options(written):
+        # each option's words as written (--ipc=host stays one word: systemd compares words)
+        words = [written.pop(0)] if "=" in written[0] or value is True else [written.pop(0), written.pop(0)]
+        if option not in HELD_RUNTIME_OPTIONS:
+            options += words
     passed = [name for name in recipe["container_flag_env"] if name not in recipe["container_inline_env"]]
     runtime = {"kind": "container", "tool": tool, "image": recipe["image"], "name": recipe["container_name"] or "",
                "options": options, "env_files": list(recipe["container_env_files"]), "pass_env": passed,
                "command": command}
+    if "$" in (recipe.get("image_as_written") or ""):
+        problems.append(f"the image is held in {recipe['image_as_written']} (the unit's environment): the recipe pins "
+                        "the image it expands to, so ExecStart's words differ there")
     if "--rm" not in argv:
         problems.append("the container is not run with --rm: the recipe's is (removed when it exits)")
     stop = [split_command(v)[1] for v in values(sections, "Service", "ExecStop")]
@@ -147,13 +156,47 @@ def _unit_settings(sections, problems):
     return settings
 
 
+def _unfit(recipe):
+    """Why no recipe can say what this unit runs (empty when one can): the recipe is built from the
+    unit's text, so where systemd reads the text otherwise, or engine words arrive through a $VAR at
+    start, a recipe would render something else."""
+    out = []
+    parting = [f["what"] for f in (recipe.get("systemd") or {}).get("findings", [])
+               if not f["what"].startswith("environment ")]  # values inside an EnvironmentFile stay in it
+    if parting:
+        out.append(f"systemd does not read the unit as its text says ({'; '.join(dict.fromkeys(parting))}): "
+                   "fix the unit so its text says what systemd runs, then convert it")
+    held = sorted(set((recipe.get("held_flags") or {}).values()))
+    split = [word for word in recipe["argv"] if UNBRACED_VAR.fullmatch(word)]
+    if held or split:
+        names = ", ".join(dict.fromkeys([f"${name}" for name in held] + split))
+        out.append(f"engine words held in {names} (systemd puts them in at start): a recipe holds each engine "
+                   "flag itself; move them into ExecStart, then convert")
+    return out
+
+
+def _launcher_problems(command, args):
+    """Words after the launcher that are neither a --flag nor its value: a launcher the recipe cannot
+    render (a wrapper such as `env -i` in front of the engine, or words a broken line left behind)."""
+    words = [word for flag, value in args.items() if flag != "_" and not flag.startswith("--")
+             for word in ([flag] if value is True else [flag, str(value)])] + list(args.get("_") or [])
+    if not words:
+        return []
+    return [f"after the launcher {' '.join(command)!r} come {' '.join(map(str, words))!r}: a recipe runs "
+            "`python -m MODULE`, a script or a CLI followed by --flags, and cannot hold these words"]
+
+
 def managed_recipe(unit, recipe, sections):
     """(recipe, problems): the recipe that renders this unit as systemd reads it, and what it cannot hold
-    (each problem names the place; nothing secret). `recipe` is unit_recipe.parse_recipe's of the
-    specifier-expanded unit, `sections` that unit's sections (drop-ins merged)."""
+    (each problem names the place; nothing secret). None with the reasons where no recipe can say what
+    the unit runs. `recipe` is unit_recipe.parse_recipe's of the specifier-expanded unit, `sections`
+    that unit's sections (drop-ins merged)."""
     problems = []
     if recipe["engine"] not in FIELD_FLAGS:
         return None, [f"engine {recipe['engine']!r}: a recipe is for sglang or vllm"]
+    unfit = _unfit(recipe)
+    if unfit:
+        return None, unfit
     args = {k: v for k, v in recipe["engine_args"].items()}
     out = {"unit": unit}
     description = values(sections, "Unit", "Description")
@@ -161,6 +204,9 @@ def managed_recipe(unit, recipe, sections):
         out["description"] = description[-1]
     out["engine"] = recipe["engine"]
     command = _launcher_words(recipe, args, out)
+    unfit = _launcher_problems(command, args)
+    if unfit:
+        return None, unfit
     if recipe["runtime"] == "process":
         out["runtime"] = _process_runtime(recipe, command, problems)
     else:

@@ -142,7 +142,8 @@ def _unit_section(recipe):
 
 
 def default_description(recipe):
-    return f"{recipe['engine']} serving {recipe['model']} (TP{recipe['tp']}), managed by serving-rollout"
+    tp = f" (TP{recipe['tp']})" if "tp" in recipe else ""
+    return f"{recipe['engine']} serving {recipe['model']}{tp}, managed by serving-rollout"
 
 
 def _service_settings(recipe):

@@ -6,8 +6,10 @@ import json
 
 import pytest
 import yaml
-from ansible.module_utils import unit_recipe, unit_shapes
+from ansible.module_utils import recipe_adopt, unit_recipe, unit_shapes
 from conftest import FIXTURES
+
+from serving_rollout import recipe as serving_recipe
 
 SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
 READINGS = json.loads((FIXTURES / "systemd" / "adoption-readings.json").read_text())["readings"]
@@ -93,3 +95,27 @@ def test_the_running_command_line_against_systemds_shows_no_secret():
     assert {(e["side"], e["word"]) for e in seen["edits"]} >= {("before", "4"), ("after", "2")}
     assert "k-new-51" not in json.dumps(seen) and "k-old-17" not in json.dumps(seen)
     assert running_reading(b"\0".join(w.encode() for w in expected) + b"\0", expected)["matches"]
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if "managed" in s], ids=lambda s: s["id"])
+def test_adopt_to_managed_converts_a_shape_to_what_systemd_runs_or_names_why_not(shape):
+    recipe = adopt(shape)
+    sections = recipe.pop("sections")
+    managed, problems = recipe_adopt.managed_recipe(shape["unit"], recipe, sections)
+    if shape["managed"] != "converts":
+        assert any(shape["managed"] in problem for problem in problems), problems
+        return
+    assert problems == [] and serving_recipe.recipe_errors(managed) == [], (problems, managed)
+    # The render's ExecStart words are the words systemd read in the original (specifiers expanded, $VARs
+    # as written). The lab proves it in systemd's own reading (tests/integration/test_unit_oracle_lab.py).
+    text = serving_recipe.recipe_files(managed)[f"/etc/systemd/system/{shape['unit']}"]
+    rendered = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(text))["argv"]
+    assert rendered == READINGS[shape["id"]]["exec_start"][0][1]
+
+
+def test_no_recipe_is_made_from_a_unit_whose_words_systemd_reads_otherwise():
+    refused = [s for s in SHAPES if "managed" in s and s["managed"].startswith("systemd does not read")]
+    for shape in refused:
+        recipe = adopt(shape)
+        assert recipe_adopt.managed_recipe(shape["unit"], recipe, recipe.pop("sections"))[0] is None, shape["id"]
+    assert len(refused) == 6
