@@ -290,6 +290,44 @@ def test_adopt_an_environment_file_unit_is_proven_equal():
         remove("sglang-ef.service", "/etc/sglang-ef")
 
 
+# `systemctl edit`'s shape: an override that resets ExecStart and adds settings.
+OVERRIDE = f"""[Service]
+ExecStart=
+ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 \\
+  --revision 2c9ba0a5b9c2d5c7b2a4e1f0a7d3c6e9b8f1a2d4 --tp-size 2 --context-length 32768 \\
+  --host 127.0.0.1 --port {EF_PORT} --api-key ${{SGLANG_API_KEY}} --enable-metrics
+Restart=always
+"""
+
+
+def test_an_override_drop_in_is_converted_and_converge_refuses_it_until_it_is_gone(tmp_path):
+    lab("sh", "-c", "mkdir -p /etc/sglang-ef && cat > /etc/sglang-ef/nccl.env", stdin=EF_ENV)
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang-ef.service", stdin=EF_UNIT)
+    lab("sh", "-c", "mkdir -p /etc/systemd/system/sglang-ef.service.d && "
+                    "cat > /etc/systemd/system/sglang-ef.service.d/override.conf && systemctl daemon-reload",
+        stdin=OVERRIDE)
+    try:
+        result, recipe = adopt("sglang-ef.service", tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert "EQUAL: the recipe renders sglang-ef.service as systemd runs it" in result.stdout
+        recipe = recipe["serving_unit_recipe"]
+        assert recipe["engine_args"]["--enable-metrics"] is True and recipe["unit_settings"]["restart"] == "always"
+        before = lab("sha256sum", "/etc/systemd/system/sglang-ef.service").stdout
+        inv = inventory(tmp_path / "inventory", recipe)
+        result, _ = converge(inv)
+        said = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0, said[-3000:]
+        assert ("sglang-ef.service: systemd also applies /etc/systemd/system/sglang-ef.service.d/override.conf, "
+                "which the recipe does not render") in said, said[-3000:]
+        assert lab("sha256sum", "/etc/systemd/system/sglang-ef.service").stdout == before  # nothing changed
+        lab("sh", "-c", "rm -rf /etc/systemd/system/sglang-ef.service.d && systemctl daemon-reload")
+        result, changed = converge(inv)
+        assert result.returncode == 0 and changed > 0, result.stdout[-3000:]
+        assert converge(inv)[1] == 0
+    finally:
+        remove("sglang-ef.service", "/etc/sglang-ef")
+
+
 def test_adopt_a_template_instance_keeps_its_references_and_is_proven_equal(tmp_path):
     lab("sh", "-c", "cat > /etc/sglang/qwen.env && chmod 600 /etc/sglang/qwen.env", stdin=INSTANCE_ENV)
     lab("sh", "-c", "cat > /etc/systemd/system/sglang@.service && systemctl daemon-reload", stdin=TEMPLATE)
