@@ -313,6 +313,7 @@ def test_an_override_drop_in_is_converted_and_converge_refuses_it_until_it_is_go
         recipe = recipe["serving_unit_recipe"]
         assert recipe["engine_args"]["--enable-metrics"] is True and recipe["unit_settings"]["restart"] == "always"
         before = lab("sha256sum", "/etc/systemd/system/sglang-ef.service").stdout
+        (tmp_path / "inventory").mkdir()
         inv = inventory(tmp_path / "inventory", recipe)
         result, _ = converge(inv)
         said = re.sub(r"\s+", " ", result.stdout)

@@ -29,8 +29,9 @@ PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidate
      "gate": "smoke and json gates, bracketed cells"}]}
 
 
-def on(*command, check=True):
-    return subprocess.run(["podman", "exec", HOST, *command], capture_output=True, text=True, check=check)
+def on(*command, check=True, stdin=None):
+    return subprocess.run(["podman", "exec", *(["-i"] if stdin is not None else []), HOST, *command],
+                          capture_output=True, text=True, check=check, input=stdin)
 
 
 def identity():
@@ -175,6 +176,39 @@ def test_the_real_vllm_unit_converts_to_a_recipe_proven_equal_in_systemds_readin
     assert recipe["unit_settings"]["dropins"] == {"50-adopted.conf": "[Service]\nKillMode=mixed\n"}
     assert identity() == before  # the same invocation serving, the same file
     assert on("test", "-e", "/etc/systemd/system/vllm-managed-check.service", check=False).returncode == 1
+
+
+# The same engine as its CLI runs it (`vllm serve MODEL`, the form vLLM's docs give), never started here.
+SERVE_UNIT = """[Unit]
+Description=vLLM through its CLI (tiny-llama)
+
+[Service]
+EnvironmentFile=/etc/vllm/vllm.env
+ExecStart=/opt/vllm/bin/vllm serve /srv/models/tiny-llama --served-model-name tiny-llama \\
+    --tensor-parallel-size 2 --max-model-len 8192 --dtype float32 --enforce-eager --host 127.0.0.1 --port 8001
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_a_vllm_serve_unit_converts_with_its_model_positional_proven_equal_in_systemds_reading(vllm_host, tmp_path):
+    before = identity()
+    on("sh", "-c", "cat > /etc/systemd/system/vllm-serve.service && systemctl daemon-reload", stdin=SERVE_UNIT)
+    try:
+        result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": "vllm-serve.service",
+                                                    "serving_unit_adopt_dir": str(tmp_path)},
+                              inventory="inventory/lab-vllm", local=False)
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert "EQUAL: the recipe renders vllm-serve.service as systemd runs it" in result.stdout
+        recipe = yaml.safe_load((tmp_path / "managed-recipe-vllm-serve.service.yml").read_text())
+        recipe = recipe["serving_unit_recipe"]
+        assert recipe["runtime"] == {"kind": "process", "command": ["/opt/vllm/bin/vllm", "serve"]}
+        assert recipe["model"] == "/srv/models/tiny-llama" and recipe["tp"] == 2 and recipe["port"] == 8001
+    finally:
+        on("sh", "-c", "rm -f /etc/systemd/system/vllm-serve.service && systemctl daemon-reload")
+    assert identity() == before  # the serving engine was never touched
 
 
 def test_p2p_on_a_gloo_engine_is_refused_before_any_change_with_the_true_reason(vllm_host):
