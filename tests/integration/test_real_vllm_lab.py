@@ -158,18 +158,21 @@ def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_res
     assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
 
 
+def adopted_as_equal(unit, folder):
+    """adopt-managed.yml on the real-engine host: asserts systemd proved the render equal; the recipe."""
+    result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": unit, "serving_unit_adopt_dir": str(folder)},
+                          inventory="inventory/lab-vllm", local=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"EQUAL: the recipe renders {unit} as systemd runs it" in result.stdout
+    return yaml.safe_load((folder / f"managed-recipe-{unit}.yml").read_text())["serving_unit_recipe"]
+
+
 def test_the_real_vllm_unit_converts_to_a_recipe_proven_equal_in_systemds_reading(vllm_host, tmp_path):
     """Adopt -> managed on the operator-written vllm.service of the real engine: a JSON-valued flag, bare
     switches, KillMode (no recipe field: kept in a drop-in of its own). systemd's readings of the unit and
     of the recipe's render (a check unit, never started) are the same; the engine is never touched."""
     before = identity()
-    result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": "vllm.service",
-                                                "serving_unit_adopt_dir": str(tmp_path)},
-                          inventory="inventory/lab-vllm", local=False)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "EQUAL: the recipe renders vllm.service as systemd runs it" in result.stdout
-    recipe = yaml.safe_load((tmp_path / "managed-recipe-vllm.service.yml").read_text())
-    recipe = recipe["serving_unit_recipe"]
+    recipe = adopted_as_equal("vllm.service", tmp_path)
     assert recipe["engine"] == "vllm" and recipe["runtime"]["python"] == "/opt/vllm/bin/python"
     assert recipe["engine_args"]["--structured-outputs-config"] == \
         '{"backend": "xgrammar", "disable_any_whitespace": true}'
@@ -197,13 +200,7 @@ def test_a_vllm_serve_unit_converts_with_its_model_positional_proven_equal_in_sy
     before = identity()
     on("sh", "-c", "cat > /etc/systemd/system/vllm-serve.service && systemctl daemon-reload", stdin=SERVE_UNIT)
     try:
-        result = run_playbook("adopt-managed.yml", {"serving_recipe_unit": "vllm-serve.service",
-                                                    "serving_unit_adopt_dir": str(tmp_path)},
-                              inventory="inventory/lab-vllm", local=False)
-        assert result.returncode == 0, result.stdout[-3000:]
-        assert "EQUAL: the recipe renders vllm-serve.service as systemd runs it" in result.stdout
-        recipe = yaml.safe_load((tmp_path / "managed-recipe-vllm-serve.service.yml").read_text())
-        recipe = recipe["serving_unit_recipe"]
+        recipe = adopted_as_equal("vllm-serve.service", tmp_path)
         assert recipe["runtime"] == {"kind": "process", "command": ["/opt/vllm/bin/vllm", "serve"]}
         assert recipe["model"] == "/srv/models/tiny-llama" and recipe["tp"] == 2 and recipe["port"] == 8001
     finally:
