@@ -7,7 +7,7 @@ the original is systemd's to say (unit_oracle's equality proof), never this file
 import re
 
 from .recipe_render import ENGINE_MODULE, FIELD_FLAGS, FIELD_ORDER, REFERENCE
-from .unit_recipe import is_secret_name, runtime_options, split_command, split_runtime, values
+from .unit_recipe import is_secret_name, runtime_option_words, split_command, split_runtime, values
 
 # The fields and flags engines accept for them besides the renderer's own (SGLang's --tp, vLLM's -tp).
 FIELD_ALIASES = {"tp": ("--tp", "-tp", "--tp-size", "--tensor-parallel-size"),
@@ -105,12 +105,9 @@ def _container_runtime(recipe, command, sections, problems):
     tool = argv[0].rsplit("/", 1)[-1]
     if argv[0] != f"/usr/bin/{tool}":
         problems.append(f"runtime {argv[0]}: the recipe runs /usr/bin/{tool}")
-    options, written = [], split_runtime(argv)[1]
-    for option, value in runtime_options(written):
-        # each option's words as written (--ipc=host stays one word: systemd compares words)
-        words = [written.pop(0)] if "=" in written[0] or value is True else [written.pop(0), written.pop(0)]
-        if option not in HELD_RUNTIME_OPTIONS:
-            options += words
+    # each option's words as written (--ipc=host stays one word: systemd compares words)
+    options = [word for option, _, words in runtime_option_words(split_runtime(argv)[1])
+               if option not in HELD_RUNTIME_OPTIONS for word in words]
     passed = [name for name in recipe["container_flag_env"] if name not in recipe["container_inline_env"]]
     runtime = {"kind": "container", "tool": tool, "image": recipe["image"], "name": recipe["container_name"] or "",
                "options": options, "env_files": list(recipe["container_env_files"]), "pass_env": passed,

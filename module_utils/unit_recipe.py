@@ -215,21 +215,27 @@ def split_runtime(argv):
     return "process", [], None, argv
 
 
-def runtime_options(opts):
-    """[(option, value)] of docker/podman run options."""
-    pairs, i = [], 0
+def runtime_option_words(opts):
+    """[(option, value, words)] of docker/podman run options: `words` as written (`--ipc=host` one word,
+    `--ipc host` two)."""
+    groups, i = [], 0
     while i < len(opts):
         opt, sep, val = opts[i].partition("=")
         if sep:
-            pairs.append((opt, val))
+            groups.append((opt, val, opts[i:i + 1]))
             i += 1
         elif opt in RUNTIME_VALUE_OPTS and i + 1 < len(opts):
-            pairs.append((opt, opts[i + 1]))
+            groups.append((opt, opts[i + 1], opts[i:i + 2]))
             i += 2
         else:
-            pairs.append((opt, True))
+            groups.append((opt, True, opts[i:i + 1]))
             i += 1
-    return pairs
+    return groups
+
+
+def runtime_options(opts):
+    """[(option, value)] of docker/podman run options."""
+    return [(opt, val) for opt, val, _ in runtime_option_words(opts)]
 
 
 def launched_by(runtime, argv, image, command):
