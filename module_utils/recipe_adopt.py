@@ -19,8 +19,6 @@ HELD_SERVICE_KEYS = {"Type", "Environment", "EnvironmentFile", "ExecStart", "Exe
 SETTING_FIELDS = {"User": "user", "Group": "group", "Restart": "restart", "RestartSec": "restart_sec",
                   "TimeoutStartSec": "timeout_start_sec", "TimeoutStopSec": "timeout_stop_sec"}
 ADOPTED_DROPIN = "50-adopted.conf"
-# A whole word `$NAME`: systemd splits its value into words at start.
-UNBRACED_VAR = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
 # podman/docker run options the recipe holds in fields of its own.
 HELD_RUNTIME_OPTIONS = {"--name", "--rm", "--env-file", "-e", "--env"}
 
@@ -163,10 +161,11 @@ def _unfit(recipe):
     if parting:
         out.append(f"systemd does not read the unit as its text says ({'; '.join(dict.fromkeys(parting))}): "
                    "fix the unit so its text says what systemd runs, then convert it")
+    # A $VAR that is a flag's value (--model-path $MODEL) stays a reference; one that brings flags is
+    # named here, and a bare $VAR word of unknown content is a positional word (_launcher_problems).
     held = sorted(set((recipe.get("held_flags") or {}).values()))
-    split = [word for word in recipe["argv"] if UNBRACED_VAR.fullmatch(word)]
-    if held or split:
-        names = ", ".join(dict.fromkeys([f"${name}" for name in held] + split))
+    if held:
+        names = ", ".join(f"${name}" for name in held)
         out.append(f"engine words held in {names} (systemd puts them in at start): a recipe holds each engine "
                    "flag itself; move them into ExecStart, then convert")
     return out

@@ -261,3 +261,18 @@ def test_the_docker_vllm_fixture_converts_but_names_its_inline_token():
     assert recipe["runtime"]["tool"] == "docker" and recipe["runtime"]["command"] == ["vllm", "serve"]
     assert recipe["runtime"]["options"] == ["--gpus", "all", "--ipc", "host"] and recipe["tp"] == 8
     assert managed.recipe_errors(recipe) == []
+
+
+def test_a_var_as_a_flags_value_stays_a_reference_and_a_bare_var_word_is_refused():
+    parsed, sections = adopted("[Service]\nEnvironmentFile=/etc/m.env\nExecStart=/usr/bin/python3 -m "
+                               "sglang.launch_server --model-path $MODEL --tp-size 2\n",
+                               {"/etc/m.env": "MODEL=/srv/m\n"})
+    recipe, problems = recipe_adopt.managed_recipe("x.service", parsed, sections)
+    assert problems == [] and managed.recipe_errors(recipe) == []
+    rendered = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(managed.recipe_files(recipe)[
+        "/etc/systemd/system/x.service"]))
+    assert rendered["argv"] == parsed["argv"]  # `$MODEL` as written: systemd expands it in both
+    parsed, sections = adopted("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /srv/m "
+                               "$ARGS\n")
+    recipe, problems = recipe_adopt.managed_recipe("x.service", parsed, sections)
+    assert recipe is None and "cannot hold these words" in problems[0], problems
