@@ -7,7 +7,7 @@ the original is systemd's to say (unit_oracle's equality proof), never this file
 import re
 
 from .recipe_render import ENGINE_MODULE, FIELD_FLAGS, FIELD_ORDER, REFERENCE
-from .unit_recipe import is_secret_name, runtime_option_words, split_command, split_runtime, values
+from .unit_recipe import is_secret_name, redact_argv, runtime_option_words, split_command, split_runtime, values
 
 # The fields and flags engines accept for them besides the renderer's own (SGLang's --tp, vLLM's -tp).
 FIELD_ALIASES = {"tp": ("--tp", "-tp", "--tp-size", "--tensor-parallel-size"),
@@ -178,7 +178,8 @@ def _launcher_problems(command, args):
              for word in ([flag] if value is True else [flag, str(value)])] + list(args.get("_") or [])
     if not words:
         return []
-    return [f"after the launcher {' '.join(command)!r} come {' '.join(map(str, words))!r}: a recipe runs "
+    shown = " ".join(redact_argv([*map(str, command), *map(str, words)]))  # values off the allow-list hidden
+    return [f"the command {shown!r} has words after its launcher that are not --flags: a recipe runs "
             "`python -m MODULE`, a script or a CLI followed by --flags, and cannot hold these words"]
 
 

@@ -276,3 +276,11 @@ def test_a_var_as_a_flags_value_stays_a_reference_and_a_bare_var_word_is_refused
                                "$ARGS\n")
     recipe, problems = recipe_adopt.managed_recipe("x.service", parsed, sections)
     assert recipe is None and "cannot hold these words" in problems[0], problems
+
+
+def test_a_refused_launcher_is_shown_without_the_values_a_wrapper_sets():
+    parsed, sections = adopted("[Service]\nExecStart=/usr/bin/env -i MYCORP_AUTH=zz9PlanTed /usr/bin/python3 -m "
+                               "sglang.launch_server --model-path /srv/m --tp-size 2\n")
+    recipe, problems = recipe_adopt.managed_recipe("x.service", parsed, sections)
+    assert recipe is None and "cannot hold these words" in problems[0] and "sglang.launch_server" in problems[0]
+    assert "zz9PlanTed" not in str(problems)
