@@ -329,6 +329,19 @@ def wait_for_new_run_phase(phase, before, timeout=120):
     raise AssertionError(f"no new run reached phase {phase} in {timeout} s")
 
 
+def read_output_past_task(proc, task_name):
+    """The playbook's output up to the banner of the task after `task_name`: by then every callback has
+    had the named task's result. Fails if the playbook ends first."""
+    seen, in_task = [], False
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("TASK ["):
+            if in_task:
+                return "".join(seen)
+            in_task = f": {task_name}]" in line
+    raise AssertionError(f"the playbook ended before the task after {task_name!r}: {''.join(seen)[-3000:]}")
+
+
 def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     inject("startup:15")
     proc = start_background()
@@ -380,11 +393,12 @@ def test_ctrl_c_of_ansible_playbook_names_the_hosts_state_and_the_recovery(lab_b
     """Ctrl-C mid-cells: Ansible runs no rescue, so the run says what it left (the phase) and the one
     command that recovers it, and the evidence records "interrupted"; rollback.yml then restores."""
     evidence = tempfile.mkdtemp(prefix="interrupted-")
-    before = state_run_id()
     proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2, rollout_evidence_dir=evidence)
-    wait_for_new_run_phase("candidate-running", before)
+    # The host's state file says candidate-running before the controller has the task's result; the
+    # interrupt must come once the controller has it, which the next task's banner shows (not a sleep).
+    seen = read_output_past_task(proc, "Record the phase (candidate-running)")
     os.killpg(proc.pid, signal.SIGINT)
-    output = re.sub(r"\s+", " ", proc.communicate(timeout=120)[0])
+    output = re.sub(r"\s+", " ", seen + proc.communicate(timeout=120)[0])
     assert proc.returncode != 0
     said = re.search(r"INTERRUPTED: lab-gpu-1 was at phase 'candidate-running' of run (\S+); this run restored "
                      r"nothing\. .* To restore and prove it now: ansible-playbook -i \S*inventory/lab "
