@@ -111,6 +111,58 @@ def test_a_process_recipe_converges_once_then_changes_nothing_and_check_mode_sho
     assert unit_state()["ActiveState"] == "active"
 
 
+def test_a_full_disk_mid_converge_puts_every_file_back_and_the_unit_runs_as_before(managed_process):
+    """The drop-in folder on a full tmpfs: the unit file is written first, the drop-in then fails with ENOSPC;
+    the converge puts the unit file back from its verified copy and fails, naming the error and the file
+    put back; the engine, never stopped, serves on. Once the disk has room, the same converge installs it all."""
+    assert converge(managed_process)[0].returncode == 0
+    dropins = f"/etc/systemd/system/{UNIT}.d"
+    before = lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf").stdout
+    # One page of tmpfs, taken by the drop-in itself: any new file's first byte finds no room.
+    lab("sh", "-c", f"cp {dropins}/10-nice.conf /tmp/10-nice.conf && mount -t tmpfs -o size=4k tmpfs {dropins} "
+                    f"&& cp /tmp/10-nice.conf {dropins}/ && systemctl daemon-reload")
+    serving = lab("systemctl", "show", "-p", "InvocationID", "--value", UNIT).stdout
+    try:
+        settings = dict(PROCESS_RECIPE["unit_settings"], dropins={"10-nice.conf": "[Service]\nNice=1\n"})
+        inventory(Path(managed_process), dict(PROCESS_RECIPE, environment={"NCCL_P2P_DISABLE": "0"},
+                                              unit_settings=settings))
+        result, _ = converge(managed_process)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert re.search(rf"converge of {UNIT} failed at 'Install the rendered files.*No space left on device", text), \
+            text[-3000:]
+        assert f"Put back from the verified copy in /var/lib/serving-rollout/managed/{UNIT}/previous: " \
+               f"/etc/systemd/system/{UNIT}" in text, text[-3000:]
+        assert lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf").stdout == before
+        assert lab("systemctl", "show", "-p", "NeedDaemonReload", "--value", UNIT).stdout.strip() == "no"
+        # Nothing changed on the host, so the engine kept serving: never restarted for a failed install.
+        assert unit_state()["ActiveState"] == "active"
+        assert lab("systemctl", "show", "-p", "InvocationID", "--value", UNIT).stdout == serving
+        assert "left as it was" in text, text[-3000:]
+    finally:
+        lab("sh", "-c", f"umount {dropins}; systemctl daemon-reload", check=False)
+    result, changed = converge(managed_process)
+    assert result.returncode == 0 and changed and changed > 0, result.stdout[-3000:]
+    assert lab("cat", f"{dropins}/10-nice.conf").stdout == "[Service]\nNice=1\n"
+    assert "Environment=NCCL_P2P_DISABLE=0" in lab("cat", f"/etc/systemd/system/{UNIT}").stdout
+    # A render systemd accepts but that will not start (its drop-in's ExecStartPre fails): the restart fails,
+    # the files go back (the new drop-in removed), the unit restarts from them, and the run fails saying so.
+    installed = lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf "
+                                f"/var/lib/serving-rollout/managed/{UNIT}/installed.json").stdout
+    broken = dict(settings, dropins={**settings["dropins"], "20-pre.conf": "[Service]\nExecStartPre=/bin/false\n"})
+    inventory(Path(managed_process), dict(PROCESS_RECIPE, environment={"NCCL_P2P_DISABLE": "1"}, unit_settings=broken))
+    result, _ = converge(managed_process)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert "failed at 'Restart the running unit, which still runs the files it started from'" in text, text[-3000:]
+    assert f"{dropins}/20-pre.conf" in text.split("Put back from the verified copy")[1], text[-3000:]
+    assert "brought back to that from the files put back: ok" in text, text[-3000:]
+    assert lab("test", "-e", f"{dropins}/20-pre.conf", check=False).returncode == 1
+    assert lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf "
+                           f"/var/lib/serving-rollout/managed/{UNIT}/installed.json").stdout == installed
+    assert unit_state()["ActiveState"] == "active"
+
+
 def test_a_bad_recipe_is_refused_by_path_and_a_secret_inline_never_shown(tmp_path):
     recipe = dict(PROCESS_RECIPE, tp="two", environment={"HF_TOKEN": "hf_inlineSecretValue42"},
                   engine_args={"--api-key": "sk-inline-secret-77"})
