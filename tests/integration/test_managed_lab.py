@@ -78,6 +78,11 @@ def managed_process(tmp_path):
 
 
 def test_a_process_recipe_converges_once_then_changes_nothing_and_check_mode_shows_the_diff(managed_process):
+    # A first converge under --check: it would install the unit, and nothing on the host moves.
+    dry, _ = converge(managed_process, check=True)
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    assert lab("test", "-e", f"/etc/systemd/system/{UNIT}", check=False).returncode == 1
+    assert lab("test", "-e", f"/var/lib/serving-rollout/managed/{UNIT}/previous", check=False).returncode == 1
     result, changed = converge(managed_process)
     assert result.returncode == 0 and changed and changed > 0, result.stdout[-3000:]
     assert "Verify the staged unit with systemd-analyze" in result.stdout
