@@ -106,7 +106,7 @@ def main():
     if module.check_mode or not result["changed"]:
         module.exit_json(**result)
     try:
-        install(p["files"], p["remove"], p["keep"])
+        install(p["files"], changes, p["keep"])
     except InstallFailed as exc:
         module.fail_json(msg=f"{exc} ({free_space(p['keep'])})", written=[], removed=[], restored=exc.restored)
     except OSError as exc:  # the verified copy could not be made: nothing was written

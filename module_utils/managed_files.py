@@ -111,10 +111,10 @@ def restore(keep):
     return restored
 
 
-def install(files, remove, keep, mode=0o644):
-    """Write `files` and remove `remove` after a verified copy of all of them is in `keep`; on any failure
-    put them back from it and raise InstallFailed naming the failure. Returns the plan carried out."""
-    changes = plan(files, remove)
+def install(files, changes, keep, mode=0o644):
+    """Carry out `changes` (plan(files, remove)): write those of `files` and remove those paths after a
+    verified copy of all of them is in `keep`; on any failure put them back from it and raise InstallFailed
+    naming the failure. Returns the plan carried out."""
     if not changes["write"] and not changes["remove"]:
         return changes
     keep_copy(changes["write"] + changes["remove"], keep)

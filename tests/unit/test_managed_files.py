@@ -32,7 +32,7 @@ def test_a_render_that_matches_changes_nothing_and_keeps_no_copy(host):
     etc, keep = host
     files = {str(etc / "engine.service"): UNIT}
     assert plan(files, []) == {"write": [], "remove": []}
-    assert install(files, [], keep) == {"write": [], "remove": []}
+    assert install(files, plan(files, []), keep) == {"write": [], "remove": []}
     assert not os.path.exists(keep)
 
 
@@ -40,7 +40,7 @@ def test_an_install_writes_removes_and_keeps_a_verified_copy_that_restores_it_al
     etc, keep = host
     before = snapshot(etc)
     files = {str(etc / "engine.service"): NEW_UNIT, str(etc / "engine.service.d" / "20-new.conf"): "[Service]\n"}
-    done = install(files, [str(etc / "engine.service.d" / "10-old.conf")], keep)
+    done = install(files, plan(files, [str(etc / "engine.service.d" / "10-old.conf")]), keep)
     assert sorted(done["write"]) == sorted(files) and done["remove"] == [str(etc / "engine.service.d" / "10-old.conf")]
     assert (etc / "engine.service").read_text() == NEW_UNIT
     assert not (etc / "engine.service.d" / "10-old.conf").exists()
@@ -62,7 +62,7 @@ def test_a_failure_mid_install_puts_back_the_files_already_written(host):
     before["blocked"] = (etc / "blocked").read_bytes()
     files = {str(etc / "engine.service"): NEW_UNIT, str(etc / "blocked" / "20-new.conf"): "[Service]\n"}
     with pytest.raises(InstallFailed) as failed:
-        install(files, [], keep)
+        install(files, plan(files, []), keep)
     assert str(etc / "blocked") in str(failed.value) and "put back from the verified copy" in str(failed.value)
     assert failed.value.restored == [str(etc / "engine.service")]
     assert snapshot(etc) == before
@@ -72,14 +72,16 @@ def test_a_copy_that_cannot_be_kept_changes_nothing(host):
     etc, _ = host
     before = snapshot(etc)
     keep = str(etc / "engine.service" / "keep")  # under a file: the copy cannot be made
+    files = {str(etc / "engine.service"): NEW_UNIT}
     with pytest.raises(OSError):
-        install({str(etc / "engine.service"): NEW_UNIT}, [], keep)
+        install(files, plan(files, []), keep)
     assert snapshot(etc) == before
 
 
 def test_a_tampered_copy_is_never_restored(host):
     etc, keep = host
-    install({str(etc / "engine.service"): NEW_UNIT}, [], keep)
+    files = {str(etc / "engine.service"): NEW_UNIT}
+    install(files, plan(files, []), keep)
     manifest = json.loads((etc.parent / "keep" / "manifest.json").read_text())
     copy = etc.parent / "keep" / manifest["files"][0]["copy"]
     copy.write_text("[Service]\nExecStart=/bin/sh -c 'something else'\n")
