@@ -6,12 +6,19 @@ Ansible runs no rescue on an interrupt, so nothing on the host is restored by th
 own watchdog restores the original once the lease the run renewed runs out (rollout_lease_s), and
 rollback.yml restores it at once. The phase comes from the rollout role's progress fact
 (rollout_progress), the same one bin/serving-rollout shows.
+
+The interrupt is this callback's to carry out, not Ansible's: ansible-core 2.19 turns SIGINT into a
+KeyboardInterrupt in whatever the main thread runs, which can lose it (the play goes on) or hang the
+run for good when a worker it stops held the result queue's lock (ansible/ansible#86078, #29124;
+bench/interrupt_race.py reproduces both against the lab). So SIGINT and SIGTERM here report, stop the
+workers and exit 99 (Ansible's own code for an interrupt), and a second signal kills at once.
 """
 
 import atexit
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +37,25 @@ requirements: [enabled in ansible.cfg (callbacks_enabled)]
 
 # Phases after which the host is as the operator left it: nothing to recover.
 SETTLED = ("restored",)
+EXIT_INTERRUPTED = 99  # ansible-core's ExitCode.KEYBOARD_INTERRUPT
+
+
+def children(pid):
+    """Pids whose parent is `pid` (Ansible's workers: they run in sessions of their own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:  # gone meanwhile
+            continue
+        if stat and int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def say(text):
+    """Straight to stderr: a signal handler must not wait on a lock the code it interrupted holds."""
+    os.write(2, (text + "\n").encode())
 
 
 def recovery_text(host, phase, run_id, inventory, lease_s):
@@ -53,6 +79,19 @@ def record_interrupted(evidence, run_id, host, phase):
                                                   "evidence": str(folder.relative_to(evidence))})
 
 
+def stop_workers(pid):
+    """SIGTERM to each of `pid`'s children: a worker stops its own connections (its session), then exits."""
+    try:
+        workers = children(pid)
+    except OSError:  # no /proc here: the run's exit still happens
+        return
+    for worker in workers:
+        try:
+            os.kill(worker, signal.SIGTERM)
+        except OSError:  # gone meanwhile
+            pass
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -61,16 +100,31 @@ class CallbackModule(CallbackBase):
 
     def __init__(self):
         super().__init__()
-        self.phases, self.finished, self.extra, self.evidence = {}, False, {}, None
+        self.phases, self.finished, self.reported, self.extra, self.evidence = {}, False, False, {}, None
         self.main_pid = os.getpid()
         atexit.register(self.report)
-        # SIGTERM ends the run the way Ctrl-C does (Ansible's own interrupt path, then this report).
-        signal.signal(signal.SIGTERM, self.on_term)
+        # Loaded after the task queue manager set its handlers: these replace them (see the module's doc).
+        # The variable only lets bench/bench_interrupt_race.py measure Ansible's own path beside this one.
+        if os.environ.get("SERVING_ROLLOUT_ANSIBLE_OWN_INTERRUPT") != "1":
+            signal.signal(signal.SIGINT, self.on_interrupt)
+            signal.signal(signal.SIGTERM, self.on_interrupt)
 
-    def on_term(self, signum, frame):
-        if os.getpid() == self.main_pid:
-            raise KeyboardInterrupt
-        os._exit(128 + signum)
+    def on_interrupt(self, signum, frame):
+        if os.getpid() != self.main_pid:  # a worker forked before it set its own handler
+            os._exit(128 + signum)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second interrupt does not wait for the report
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            say(f"ERROR: interrupted by {signal.Signals(signum).name}; stopping the run")
+            self.report()
+        finally:
+            stop_workers(self.main_pid)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, RuntimeError, ValueError):  # a flush the handler interrupted
+                    pass
+            os._exit(EXIT_INTERRUPTED)
 
     def v2_playbook_on_start(self, playbook):
         self.evidence = str(Path(playbook._basedir) / ".." / "evidence")
@@ -87,17 +141,17 @@ class CallbackModule(CallbackBase):
         self.finished = True
 
     def report(self):
-        if self.finished or os.getpid() != self.main_pid:
+        if self.finished or self.reported or os.getpid() != self.main_pid:
             return
+        self.reported = True
         inventory = ",".join(context.CLIARGS.get("inventory") or ["INVENTORY"])
         evidence = self.extra.get("rollout_evidence_dir") or self.evidence
         lease = f"{self.extra['rollout_lease_s']} s" if "rollout_lease_s" in self.extra else "rollout_lease_s"
         for host, progress in sorted(self.phases.items()):
             if progress.get("phase") in SETTLED:
                 continue
-            self._display.display(recovery_text(host, progress.get("phase"), progress.get("run_id"), inventory,
-                                                lease), stderr=True)
+            say(recovery_text(host, progress.get("phase"), progress.get("run_id"), inventory, lease))
             try:
                 record_interrupted(evidence, progress.get("run_id"), host, progress.get("phase"))
             except (OSError, ValueError) as exc:
-                self._display.display(f"INTERRUPTED: {host}: could not record it in {evidence}: {exc}", stderr=True)
+                say(f"INTERRUPTED: {host}: could not record it in {evidence}: {exc}")

@@ -161,8 +161,8 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
     interrupted = []
 
     def on_signal(signum, frame):
-        # ansible-playbook runs in its own session (runner's pty): pass the interrupt on as SIGTERM, which
-        # its interrupted callback turns into Ansible's own interrupt (it records each host's phase).
+        # ansible-playbook runs in its own session (runner's pty): pass the interrupt on as SIGTERM, on which
+        # its interrupted callback records each host's phase, stops the workers and exits.
         interrupted.append(signum)
         for pid in ansible_children():  # a second interrupt does not wait for it any longer
             os.kill(pid, signal.SIGTERM if len(interrupted) == 1 else signal.SIGKILL)
