@@ -1,5 +1,6 @@
 """The interrupted callback's pieces that run inside a signal handler, against real processes."""
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -7,7 +8,14 @@ import sys
 import time
 
 import pytest
-from callback_plugins.interrupted import children, record_interrupted, recovery_text, stop_workers
+from conftest import REPO
+
+# A callback plugin is loaded by Ansible from its folder, not imported as a package: load it the same way.
+_spec = importlib.util.spec_from_file_location("interrupted_callback", REPO / "callback_plugins" / "interrupted.py")
+_callback = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_callback)
+children, record_interrupted, recovery_text, stop_workers = (
+    _callback.children, _callback.record_interrupted, _callback.recovery_text, _callback.stop_workers)
 
 
 def test_children_finds_a_real_child_and_not_a_grandchild():
