@@ -10,7 +10,7 @@ rollback.yml restores it at once. The phase comes from the rollout role's progre
 The interrupt is this callback's to carry out, not Ansible's: ansible-core 2.19 turns SIGINT into a
 KeyboardInterrupt in whatever the main thread runs, which can lose it (the play goes on) or hang the
 run for good when a worker it stops held the result queue's lock (ansible/ansible#86078, #29124;
-bench/interrupt_race.py reproduces both against the lab). So SIGINT and SIGTERM here report, stop the
+bench/bench_interrupt_race.py reproduces both against the lab). So SIGINT and SIGTERM here report, stop the
 workers and exit 99 (Ansible's own code for an interrupt), and a second signal kills at once.
 """
 
@@ -25,6 +25,9 @@ from pathlib import Path
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
+# At load, not in the signal handler: an import that fails there would skip the exit.
+from serving_rollout.holder import children
+
 DOCUMENTATION = """
 name: interrupted
 type: aggregate
@@ -38,19 +41,6 @@ requirements: [enabled in ansible.cfg (callbacks_enabled)]
 # Phases after which the host is as the operator left it: nothing to recover.
 SETTLED = ("restored",)
 EXIT_INTERRUPTED = 99  # ansible-core's ExitCode.KEYBOARD_INTERRUPT
-
-
-def children(pid):
-    """Pids whose parent is `pid` (Ansible's workers: they run in sessions of their own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
-        except OSError:  # gone meanwhile
-            continue
-        if stat and int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
 
 
 def say(text):
@@ -80,7 +70,8 @@ def record_interrupted(evidence, run_id, host, phase):
 
 
 def stop_workers(pid):
-    """SIGTERM to each of `pid`'s children: a worker stops its own connections (its session), then exits."""
+    """SIGTERM to each of `pid`'s children (Ansible's workers, each in a session of its own): a worker
+    stops its own connections, then exits."""
     try:
         workers = children(pid)
     except OSError:  # no /proc here: the run's exit still happens

@@ -127,14 +127,9 @@ def host_outcomes(kind, evidence, run_id, stats):
 
 def ansible_children():
     """This process's ansible-playbook children (runner's pexpect spawns them directly)."""
-    from serving_rollout.holder import cmdline, proc_stat
+    from serving_rollout.holder import children, cmdline
 
-    children = []
-    for entry in Path("/proc").iterdir():
-        stat = proc_stat(entry.name) if entry.name.isdigit() else None
-        if stat and stat[0] == os.getpid() and "ansible-playbook" in cmdline(entry.name):
-            children.append(int(entry.name))
-    return children
+    return [pid for pid in children(os.getpid()) if "ansible-playbook" in cmdline(pid)]
 
 
 def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None):

@@ -23,6 +23,16 @@ def cmdline(pid):
         return ""
 
 
+def children(pid):
+    """Pids whose parent is `pid` (a process gone meanwhile is left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        stat = proc_stat(entry.name) if entry.name.isdigit() else None
+        if stat and stat[0] == pid:
+            found.append(int(entry.name))
+    return found
+
+
 def playbook_process(pid):
     """The topmost ansible-playbook process above `pid` (its workers are forks with the same command
     line), or None when there is none."""

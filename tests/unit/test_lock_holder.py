@@ -4,9 +4,11 @@ written whole or named unreadable (library/rollout_lock.py's pure parts)."""
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 from conftest import REPO
 
@@ -53,3 +55,22 @@ def test_the_lock_is_written_whole_or_not_at_all_and_an_empty_one_is_named(tmp_p
     assert rollout_lock.read_lock(str(lock)) == {"unreadable": 0}
     assert "an unreadable lock (0 bytes" in rollout_lock.describe({"unreadable": 0}, str(tmp_path / "state.json"))
     assert rollout_lock.read_lock(str(tmp_path / "none.lock")) is None
+
+
+def test_children_finds_a_real_child_and_not_a_grandchild():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess,sys; subprocess.Popen(['sleep','60']); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not holder.children(child.pid) and time.monotonic() < deadline:  # until the grandchild exists
+            time.sleep(0.05)
+        grandchildren = holder.children(child.pid)
+        assert len(grandchildren) == 1
+        mine = holder.children(os.getpid())
+        assert child.pid in mine and grandchildren[0] not in mine
+    finally:
+        for pid in holder.children(child.pid):
+            os.kill(pid, signal.SIGKILL)
+        child.kill()
+        child.wait()
