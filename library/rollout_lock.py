@@ -20,7 +20,9 @@ description:
   - Every lock records the host's boot (the kernel's boot id and PID 1's start time, so a container's own
     restart counts too). A lock taken before the current boot is stale - the host rebooted under its run,
     so nothing of that run still runs there (the candidate is never enabled, the watchdog was transient) -
-    and is taken over, returned as C(stale) for the caller to clean what the run left.
+    and is taken over, returned as C(stale) for the caller to clean what the run left. When that run's
+    C(candidate_unit) runs anyway (someone started it after the reboot), the stale lock is removed and the
+    take-over refused, naming the candidate's state (rollback.yml stops it and restores the original).
   - The lock is written whole or not at all (a temporary file in the same folder, linked into place), so it is
     never empty or partial; a lock that cannot be read (an older tool's partial write) is named as such and
     C(steal) takes it over. A full disk is named with the path and its free space, and leaves nothing behind.
@@ -66,6 +68,9 @@ options:
   lease_s:
     description: With state=held, renew the lease for this many seconds when the lock is held.
     type: int
+  candidate_unit:
+    description: Taking over a stale lock, the candidate unit whose running refuses the take-over.
+    type: str
   must_hold:
     description: With state=held, fail - naming who took the lock over - unless this token still holds it.
     type: bool
@@ -118,6 +123,7 @@ import time
 from ansible.module_utils.arm import lock_lost
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import free_mib, free_space, proc_stat
+from ansible.module_utils.watchdog import lease_path
 
 UNREADABLE = "unreadable"
 
@@ -169,7 +175,7 @@ def write_whole(path, lock):
 
 def renew_lease(path, seconds):
     """The lease the watchdog reads: its content the seconds it holds, its mtime the renewal."""
-    lease = f"{path}.lease"
+    lease = lease_path(path)
     tmp = f"{lease}.{os.getpid()}.tmp"
     with open(tmp, "w") as handle:
         handle.write(f"{int(seconds)}\n")
@@ -199,6 +205,25 @@ def describe(lock, state_file):
             + (f", last recorded phase '{phase}'" if phase else ""))
 
 
+def refuse_running_candidate(module, stale):
+    """A stale run's candidate that runs anyway was started by someone after the reboot: the stale lock
+    goes (nothing of that run holds it) and the take-over is refused, so rollback.yml stops the candidate."""
+    unit = module.params["candidate_unit"]
+    if not unit:
+        return
+    rc, out, err = module.run_command(["systemctl", "show", "--property=ActiveState", "--value", unit])
+    state = out.strip() if rc == 0 else ""
+    if state in ("", "inactive", "failed"):
+        return
+    if not module.check_mode:
+        for path in (module.params["path"], lease_path(module.params["path"])):
+            if os.path.lexists(path):
+                os.remove(path)
+    module.fail_json(msg=f"the host rebooted under run {stale.get('run_id', '?')}, but its candidate {unit} is "
+                         f"{state}: run rollback.yml, which stops it and restores and proves the original",
+                     lock={})
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -212,6 +237,7 @@ def main():
             "controller": {"type": "dict"},
             "lease_s": {"type": "int"},
             "must_hold": {"type": "bool", "default": False},
+            "candidate_unit": {"type": "str"},
             "min_free_mib": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
@@ -236,14 +262,15 @@ def main():
                                  "it was not released", lock=current)
         if not module.check_mode:
             os.remove(p["path"])
-            if os.path.lexists(f"{p['path']}.lease"):
-                os.remove(f"{p['path']}.lease")
+            if os.path.lexists(lease_path(p["path"])):
+                os.remove(lease_path(p["path"]))
         module.exit_json(changed=True, lock={})
     if mine:
         module.exit_json(changed=False, lock=current)
     stale = None
     if current and UNREADABLE not in current and current.get("boot") and current.get("boot") != boot_mark():
         stale = current  # the host rebooted under that run: nothing of it runs here any more
+        refuse_running_candidate(module, stale)
     if current and not p["steal"] and not stale:
         module.fail_json(msg=f"another rollout holds {p['path']}: {describe(current, p['state_file'])}. If that run "
                              "is still going, wait for it; if it was killed, run rollback.yml, which takes the lock "

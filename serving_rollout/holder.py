@@ -1,16 +1,11 @@
-"""Who holds a host's rollout lock, and whether that controller process is still alive.
-
-  python -m serving_rollout.holder me          this controller's ansible-playbook process as JSON
-                                               {host, pid, pid_start} (run from a pipe lookup)
-  python -m serving_rollout.holder alive LOCK  one line: the lock's holder and whether it runs
+"""Who holds a host's rollout lock, and whether that controller process is still alive (used by the
+rollout_lock action plugin on the controller, and by the CLI and the interrupted callback).
 
 The pid alone is not enough (pids are reused): the process's start time (field 22 of
 /proc/<pid>/stat) is recorded beside it, and a holder is alive only when both match.
 """
 
-import json
 import socket
-import sys
 from pathlib import Path
 
 from serving_rollout.module_utils.host_files import proc_stat
@@ -66,19 +61,3 @@ def liveness(lock, here=None):
         return f"{who}: not running (the run is dead; rollback.yml takes the lock over and restores the host)"
     return f"{who}: alive (the run is still going; wait for it, or stop it first)"
 
-
-def main(argv):
-    if argv == ["me"]:
-        print(json.dumps(me()))
-    elif len(argv) == 2 and argv[0] == "alive":
-        try:
-            lock = json.loads(argv[1])
-        except ValueError:
-            raise SystemExit(f"alive needs the lock as JSON, got {argv[1]!r:.80}") from None
-        print(liveness(lock))
-    else:
-        raise SystemExit(__doc__)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
