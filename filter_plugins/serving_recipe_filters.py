@@ -3,7 +3,28 @@
 from ansible.errors import AnsibleFilterError
 
 from serving_rollout import recipe
+from serving_rollout.module_utils.engine_adapters import base_url
 from serving_rollout.module_utils.recipe_render import RecipeRenderError, launcher_word, recipe_difference
+
+
+def recipe_base_url(recipe, host="127.0.0.1", port=None):
+    """Where an adopted recipe's engine answers: `port`, else its --port, else the engine's default port."""
+    if not isinstance(recipe, dict) or "engine" not in recipe:
+        raise AnsibleFilterError(f"recipe_base_url takes an adopted recipe (with engine), got {recipe!r:.200}")
+    try:
+        return base_url(recipe["engine"], recipe.get("engine_args"), host, port)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def recipe_managed_base_url(document):
+    """Where a managed recipe's engine answers ('' when its port is a ${VAR} held in an EnvironmentFile)."""
+    if not isinstance(document, dict) or "engine" not in document:
+        raise AnsibleFilterError(f"recipe_managed_base_url takes a serving recipe, got {document!r:.200}")
+    try:
+        return recipe.managed_base_url(document)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def recipe_errors(document):
@@ -48,4 +69,6 @@ class FilterModule:
         return {"recipe_errors": recipe_errors, "recipe_files": recipe_files,
                 "recipe_candidate": recipe_candidate,
                 "recipe_changes": recipe_changes,
-                "recipe_launcher_word": recipe_launcher_word}
+                "recipe_launcher_word": recipe_launcher_word,
+                "recipe_base_url": recipe_base_url,
+                "recipe_managed_base_url": recipe_managed_base_url}

@@ -10,7 +10,8 @@ description:
     in one module call, so a wait that succeeds prints no failed retries.
   - The health route is the engine adapter's (SGLang C(/health_generate), which runs a generation;
     vLLM C(/health)) unless C(path) is given.
-  - With C(unit), stops early when the systemd unit enters C(failed) or stops, or when the
+  - With C(unit), stops early when the systemd unit enters C(failed) or stops, or exited and waits for systemd
+    to start it again (auto-restart, a unit with Restart=), or when the
     invocation's journal shows a crash signature of the engine's adapter while the process lives
     (a worker died, a watchdog time-out), naming the phase the start reached and the cause line.
   - Read-only; supports check mode (nothing is waited for).
@@ -130,7 +131,8 @@ def main():
         rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState,SubState", "--", p["unit"]])
         state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         where = f" (phase {seen['phase']})" if seen["phase"] else ""
-        if state.get("ActiveState") in ("failed", "inactive"):
+        # auto-restart: the engine exited and systemd waits to start it again (Restart=on-failure/always)
+        if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
             cause = read_log(p["engine"], "\n".join(seen["lines"]))["cause"] if seen["lines"] else None
             return (f"{p['unit']} is {state.get('ActiveState')}/{state.get('SubState')}{where}"
                     + (f"; cause: {cause}" if cause else ""))

@@ -77,6 +77,8 @@ SGLANG = {
     # /health_generate runs one real generation; /health answers once the HTTP server is up.
     "health_paths": ["/health_generate", "/health"],
     "models_path": "/v1/models",
+    # --port's default (sglang/srt/server_args.py): a unit without --port serves here.
+    "default_port": 30000,
     # Log lines are progress only: with --log-level warning SGLang prints none of them.
     "ready_lines": [r"The server is fired up and ready to roll!"],
     # Its whole configuration at start: ServerArgs(...) (the double: a JSON object).
@@ -153,6 +155,8 @@ VLLM = {
     # /health is 200 once the engine core is up; /v1/models lists the served model.
     "health_paths": ["/health", "/v1/models"],
     "models_path": "/v1/models",
+    # --port's default (vllm serve and the OpenAI API server): a unit without --port serves here.
+    "default_port": 8000,
     "ready_lines": [r"Starting vLLM API server(?: \d+)? on http", r"Starting vLLM server on http",
                     r"Application startup complete\.", r"Uvicorn running on http"],
     # Only the arguments that differ from vLLM's defaults, as a Python dict literal.
@@ -240,6 +244,7 @@ UNKNOWN = {
     "name": "unknown",
     "health_paths": ["/health"],
     "models_path": "/v1/models",
+    "default_port": None,  # no engine, no default: the unit's --port or the operator's
     "ready_lines": [],
     "phases": [],
     "crashes": _CAUSES + _ECHOES + _WARNINGS,
@@ -574,6 +579,16 @@ def process_title_pattern(engine):
     """One regular expression over a process's command line for this engine's worker titles
     (empty for an engine the tool cannot name)."""
     return "|".join(adapter(engine)["process_titles"])
+
+
+def base_url(engine, engine_args, host="127.0.0.1", port=None):
+    """Where the engine answers: the operator's port, else the unit's --port, else the engine's default.
+    A ValueError names the engine when none of them is there."""
+    port = port or (engine_args or {}).get("--port") or adapter(engine)["default_port"]
+    if port in (None, "", True):
+        raise ValueError(f"the unit names no --port and engine {engine!r} has no known default port: "
+                         "set rollout_engine_port")
+    return f"http://{host}:{port}"
 
 
 def health_path(engine):

@@ -5,10 +5,12 @@ module_utils/recipe_render.py's (pure, shared with the host side). docs/managed-
 
 import difflib
 import io
+import re
 from pathlib import Path
 
 from serving_rollout.candidate_plan import schema_errors
 from serving_rollout.module_utils import recipe_render
+from serving_rollout.module_utils.engine_adapters import base_url
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "serving-recipe.schema.json"
 
@@ -36,6 +38,27 @@ def recipe_files(recipe, header=None):
     """{path: text} of every file the recipe becomes on the host (unit or Quadlet, drop-ins); the managed
     header unless another is given (a candidate's)."""
     return recipe_render.rendered_files(checked(recipe), recipe_render.MANAGED_HEADER if header is None else header)
+
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def managed_base_url(recipe):
+    """Where a managed recipe's engine answers on its host: the address it binds (the loopback for a
+    wildcard), its port, else the engine's default. '' when the port is a ${VAR} the recipe's own
+    environment does not hold (it is in an EnvironmentFile on the host, which the controller never reads)."""
+    args = recipe.get("engine_args") or {}
+    host = str(recipe.get("host") or args.get("--host") or "")
+    port = str(recipe.get("port") or args.get("--port") or "")
+    reference = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", port)
+    if reference:
+        port = str((recipe.get("environment") or {}).get(reference.group(1), ""))
+        if not port:
+            return ""
+    if re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", host):
+        host = ""
+    host = "127.0.0.1" if host in WILDCARD_HOSTS else (f"[{host}]" if ":" in host and "[" not in host else host)
+    return base_url(recipe["engine"], {"--port": port} if port else {}, host)
 
 
 def candidate_recipe(recipe, change, candidate_unit):

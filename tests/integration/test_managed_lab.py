@@ -166,6 +166,24 @@ def test_a_full_disk_mid_converge_puts_every_file_back_and_the_unit_runs_as_befo
     assert lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf "
                            f"/var/lib/serving-rollout/managed/{UNIT}/installed.json").stdout == installed
     assert unit_state()["ActiveState"] == "active"
+    # A render that starts (systemd says active) but whose engine exits at once: a flag value the engine
+    # refuses (its argument parser's error, exit 2). The health wait fails, and the files go back as above.
+    serving = lab("systemctl", "show", "-p", "InvocationID", "--value", UNIT).stdout
+    refused = dict(PROCESS_RECIPE, environment={"NCCL_P2P_DISABLE": "1"}, unit_settings=settings,
+                   engine_args={**PROCESS_RECIPE["engine_args"], "--speculative-num-steps": "many"})
+    inventory(Path(managed_process), refused)
+    result, _ = converge(managed_process)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert "failed at 'Wait for the engine's health route after this converge started or restarted it'" in text, \
+        text[-3000:]
+    assert f"/etc/systemd/system/{UNIT}" in text.split("Put back from the verified copy")[1], text[-3000:]
+    assert "brought back to that from the files put back: ok" in text, text[-3000:]
+    assert "--speculative-num-steps" not in lab("cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert lab("sh", "-c", f"sha256sum /etc/systemd/system/{UNIT} {dropins}/10-nice.conf "
+                           f"/var/lib/serving-rollout/managed/{UNIT}/installed.json").stdout == installed
+    assert unit_state()["ActiveState"] == "active"
+    assert lab("systemctl", "show", "-p", "InvocationID", "--value", UNIT).stdout != serving  # restarted back
 
 
 def test_a_bad_recipe_is_refused_by_path_and_a_secret_inline_never_shown(tmp_path):

@@ -66,3 +66,18 @@ def test_failure_cause_names_each_failed_loop_item_not_the_loop():
     assert failure_cause({"failed": True, "msg": "timed out"}, "Wait") == "Wait: timed out"
     with pytest.raises(AnsibleFilterError, match="got str: 'boom'"):
         failure_cause("boom")
+
+
+def test_recipe_base_url_takes_the_operators_port_then_the_units_then_the_engines_default():
+    from serving_recipe_filters import recipe_base_url
+    # the lab's real vLLM unit names no --port: vLLM serves on its default, 8000 (test_real_vllm_lab.py)
+    assert recipe_base_url({"engine": "vllm", "engine_args": {"--model": "m"}}) == "http://127.0.0.1:8000"
+    assert recipe_base_url({"engine": "sglang", "engine_args": {}}) == "http://127.0.0.1:30000"
+    assert recipe_base_url({"engine": "vllm", "engine_args": {"--port": "8001"}}) == "http://127.0.0.1:8001"
+    assert recipe_base_url({"engine": "vllm", "engine_args": {"--port": "8001"}}, "10.0.0.5", 9000) == \
+        "http://10.0.0.5:9000"
+    assert recipe_base_url({"engine": "unknown", "engine_args": {"--port": "7000"}}) == "http://127.0.0.1:7000"
+    with pytest.raises(AnsibleFilterError, match="engine 'unknown' has no known default port: set rollout_engine_port"):
+        recipe_base_url({"engine": "unknown", "engine_args": {}})
+    with pytest.raises(AnsibleFilterError, match="takes an adopted recipe"):
+        recipe_base_url({"model": "m"})

@@ -284,3 +284,16 @@ def test_a_refused_launcher_is_shown_without_the_values_a_wrapper_sets():
     recipe, problems = recipe_adopt.managed_recipe("x.service", parsed, sections)
     assert recipe is None and "cannot hold these words" in problems[0] and "sglang.launch_server" in problems[0]
     assert "zz9PlanTed" not in str(problems)
+
+
+def test_a_managed_recipes_engine_address_binds_port_or_engine_default():
+    from serving_rollout.recipe import managed_base_url
+    base = {"unit": "e.service", "engine": "vllm", "runtime": {"kind": "process"}, "model": "m"}
+    assert managed_base_url(base) == "http://127.0.0.1:8000"  # vLLM's default port
+    assert managed_base_url(dict(base, engine="sglang", host="0.0.0.0", port=30051)) == "http://127.0.0.1:30051"
+    assert managed_base_url(dict(base, host="10.0.0.5", port=9000)) == "http://10.0.0.5:9000"
+    assert managed_base_url(dict(base, host="::", engine_args={"--port": "8001"})) == "http://127.0.0.1:8001"
+    assert managed_base_url(dict(base, host="fd00::5", port=8001)) == "http://[fd00::5]:8001"
+    # a port held in the recipe's own environment resolves; one in an EnvironmentFile cannot be known here
+    assert managed_base_url(dict(base, port="${PORT}", environment={"PORT": "8100"})) == "http://127.0.0.1:8100"
+    assert managed_base_url(dict(base, port="${PORT}", environment_files=["/etc/vllm/vllm.env"])) == ""
