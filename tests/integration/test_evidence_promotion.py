@@ -56,6 +56,14 @@ def test_run_directory_holds_every_record_and_verifies(good_run):
     assert endurance["ok"] and endurance["failures"] == 0 and endurance["requests"] >= 4, endurance
     assert decision["numerics"]["candidate"]["verdict"] == "pass", decision["numerics"]
     assert decision["run_id"] == run.name.removeprefix("rollout-")
+    # The restoration proof (action_plugins/restored_proof.py) as the evidence records it: systemd's state, every
+    # snapshot file byte for byte, a clean journal, the restored gates passed.
+    restoration = json.loads((run / "restoration.json").read_text())
+    assert restoration["state_after"]["ActiveState"] == "active" and restoration["state_after"]["NRestarts"] == "0"
+    assert {f["path"] for f in restoration["files"]} >= {"/etc/systemd/system/sglang.service"}, restoration["files"]
+    assert restoration["journal_errors"] == []
+    gates = json.loads((run / "gates.json").read_text())
+    assert [(g["gate"], g["verdict"]) for g in gates["restored"]] == [("smoke", "pass"), ("json", "pass")]
     cells = json.loads((run / "cells.json").read_text())["arms"]
     assert set(cells) == {"baseline-1", "candidate", "baseline-2"}
     assert all(r["prompt_tokens"] > 0 for r in cells["candidate"][0]["requests"])
@@ -232,7 +240,8 @@ def test_promoted_unit_that_fails_to_start_puts_the_previous_original_back(good_
     assert f"promotion of run {run_id} failed and the previous original was put back" in result.stdout
     assert "Wait for the promoted engine's health endpoint" in result.stdout
     # The rescue is rollback.yml's own restore, with its proof.
-    assert "TASK [rollout : Assert every file is byte for byte the snapshot]" in result.stdout
+    assert "TASK [rollout : Prove the original is back (state, files byte for byte, container identity, journal, " \
+        "smoke and JSON)]" in result.stdout
     assert unit_text() == original
     assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
     state = lab("systemctl", "show", "-p", "ActiveState,UnitFileState", "sglang.service").stdout

@@ -6,21 +6,13 @@ import subprocess
 import uuid
 
 import pytest
-import yaml
-from ansible.errors import AnsibleFilterError
 from conftest import REPO
-from container_identity import container_identity_problems
+
+from serving_rollout.module_utils.container_truth import identity_problems as container_identity_problems
+from serving_rollout.module_utils.container_truth import inspect_identity_argv
 
 IMAGE = "localhost/serving-rollout-lab"
 ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
-
-
-def prove_inspect_argv():
-    """The exact inspect command restore.yml runs (its proof), with the runtime and container filled in."""
-    tasks = yaml.safe_load((REPO / "roles" / "rollout" / "tasks" / "restore.yml").read_text())
-    task = next(t for t in tasks if "Read the image and identity" in t["name"])
-    argv = task["ansible.builtin.command"]["argv"]
-    return [word.replace("{{ '", "").replace("' }}", "") for word in argv]
 
 
 def podman(*args):
@@ -41,9 +33,8 @@ def inspect_as_prove_does(reference):
     name = f"identity-{uuid.uuid4().hex[:8]}"
     podman("create", "--name", name, reference, "/bin/true")
     try:
-        argv = prove_inspect_argv()
-        argv = [name if word == "{{ rollout_container }}" else word for word in argv[1:]]
-        return name, podman(*argv)
+        # the exact command the restoration proof runs (action_plugins/restored_proof.py)
+        return name, podman(*inspect_identity_argv("podman", name)[1:])
     finally:
         podman("rm", "-f", name)
 
@@ -74,7 +65,7 @@ def test_docker_style_name_and_bad_input():
     digest = "sha256:" + "a" * 64
     pinned = f"lmsysorg/sglang@{digest}"
     assert container_identity_problems(f"/sglang sha256:{'b' * 64} {pinned}", "sglang", pinned) == []
-    with pytest.raises(AnsibleFilterError, match="got 'only-two words'"):
+    with pytest.raises(ValueError, match="got 'only-two words'"):
         container_identity_problems("only-two words", "sglang", pinned)
-    with pytest.raises(AnsibleFilterError, match="got 'sglang' and None"):
+    with pytest.raises(ValueError, match="got 'sglang' and None"):
         container_identity_problems(f"/sglang x lmsysorg/sglang@{digest}", "sglang", None)

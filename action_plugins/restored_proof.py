@@ -1,0 +1,98 @@
+"""Action plugin: the proof that the original is back - the same unit, file for file, serving cleanly and
+answering. Each check runs on the host as its own module, in order, and the first that fails ends the
+proof with its message; what was read until then is returned all the same (the evidence records it).
+
+1. systemd: active, enabled, NRestarts 0, the same FragmentPath, a new invocation when this run stopped it;
+2. every file of the snapshot byte for byte (sha256);
+3. a container's name and image, as its runtime reports them;
+4. the restored invocation's journal: no crash, no error new against the original's own start;
+5. the smoke and JSON gates (those qualified on this host).
+Documentation: library/restored_proof.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from serving_rollout.module_utils.container_truth import identity_problems, inspect_identity_argv
+
+display = Display()
+
+ARGS = ("unit", "fragment_path", "invocation_before", "files", "runtime", "container", "image", "engine",
+        "known_noise", "extra_error_patterns", "env_files", "base_url", "model", "api_key_var", "gate_timeout_s",
+        "gates")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGS)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        self.args, self.task_vars = self._task.args, task_vars
+        proof = {"changed": False, "proven": False, "state": {}, "files": [], "container": None, "scan": None,
+                 "gates": []}
+        try:
+            self.prove(proof)
+        except AnsibleActionFail as exc:
+            return dict(proof, failed=True, msg=exc.message)
+        proof["proven"] = True
+        display.display(f"{task_vars.get('inventory_hostname')}: {self.args['unit']} restored and proven: "
+                        f"active from the same file, {len(proof['files'])} files byte for byte, "
+                        f"{'container ' + self.args['container'] + ', ' if proof['container'] else ''}"
+                        f"a clean journal, {', '.join(r['gate'] for r in proof['gates']) or 'no'} gates passed")
+        return proof
+
+    def module(self, module_name, /, **module_args):
+        result = self._execute_module(module_name=module_name, module_args=module_args, task_vars=self.task_vars)
+        if result.get("failed"):
+            raise AnsibleActionFail(f"{module_name}: {result.get('msg', result)}")
+        return result
+
+    def prove(self, proof):
+        a = self.args
+        unit = a["unit"]
+        state = self.module("ansible.builtin.systemd_service", name=unit).get("status") or {}
+        proof["state"] = state
+        before = a.get("invocation_before") or ""
+        if not (state.get("ActiveState") == "active" and state.get("UnitFileState") == "enabled"
+                and state.get("NRestarts") == "0" and state.get("FragmentPath") == a["fragment_path"]
+                and (not before or state.get("InvocationID") != before)):
+            raise AnsibleActionFail(
+                f"restoration not proven: ActiveState={state.get('ActiveState')} "
+                f"UnitFileState={state.get('UnitFileState')} NRestarts={state.get('NRestarts')} "
+                f"FragmentPath={state.get('FragmentPath')} InvocationID={state.get('InvocationID')} "
+                f"(before: {before or 'not recorded'})")
+        for entry in a["files"]:
+            stat = self.module("ansible.builtin.stat", path=entry["path"], checksum_algorithm="sha256").get("stat", {})
+            if stat.get("checksum", "") != entry["sha256"]:
+                raise AnsibleActionFail(f"{entry['path']}: sha256 {stat.get('checksum', 'missing')}, "
+                                        f"snapshot {entry['sha256']}")
+            proof["files"].append(entry)
+        if a.get("runtime") in ("docker", "podman") and a.get("container"):
+            inspect = self.module("ansible.builtin.command", argv=inspect_identity_argv(a["runtime"], a["container"]))
+            proof["container"] = inspect.get("stdout", "").strip() or None  # none under --check (not run)
+        if proof["container"]:
+            try:
+                problems = identity_problems(proof["container"], a["container"], a.get("image"))
+            except ValueError as exc:
+                raise AnsibleActionFail(f"restored container: {exc}") from exc
+            if problems:
+                raise AnsibleActionFail(f"restored container: {'; '.join(problems)} (inspect: {proof['container']})")
+        scan = self.module("journal_scan", unit=unit, engine=a["engine"], known_noise=a.get("known_noise") or [],
+                           extra_error_patterns=a.get("extra_error_patterns") or [],
+                           env_files=a.get("env_files") or [])["scan"]
+        proof["scan"] = scan
+        # Ready is HTTP's (the restore waited for the health route); the log must show no crash and no error
+        # signature the original's own healthy start did not have.
+        if scan["crashed"] or scan["errors"]:
+            raise AnsibleActionFail(
+                f"restored invocation {scan.get('invocation_id')} (phase {scan.get('phase')}): "
+                f"{('crash: ' + str(scan.get('cause')) + '; ') if scan['crashed'] else ''}errors {scan['errors']}")
+        for gate in a.get("gates") or []:
+            record = self.module("engine_gate", base_url=a["base_url"], gate=gate, model=a["model"],
+                                 **({"api_key_var": a["api_key_var"]} if a.get("api_key_var") else {}),
+                                 env_files=a.get("env_files") or [], timeout_s=a["gate_timeout_s"],
+                                 phase="restored", fail_on_fail=False)["record"]
+            proof["gates"].append(record)
+            if record.get("verdict") != "pass":
+                raise AnsibleActionFail(f"gate {gate} failed (restored): {record.get('reason')}")
