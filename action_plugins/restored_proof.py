@@ -19,7 +19,9 @@ display = Display()
 
 ARGS = ("unit", "fragment_path", "invocation_before", "files", "runtime", "container", "image", "engine",
         "known_noise", "extra_error_patterns", "env_files", "base_url", "model", "api_key_var", "gate_timeout_s",
-        "gates")
+        "gates", "keys")
+# The systemd properties the proof checks.
+CHECKED = ("ActiveState", "UnitFileState", "NRestarts", "FragmentPath", "InvocationID")
 
 
 class ActionModule(ActionBase):
@@ -51,7 +53,9 @@ class ActionModule(ActionBase):
     def prove(self, proof):
         a = self.args
         unit = a["unit"]
-        state = self.module("ansible.builtin.systemd_service", name=unit).get("status") or {}
+        status = self.module("ansible.builtin.systemd_service", name=unit).get("status") or {}
+        # Only the properties the proof reads and the evidence records: the rest (Environment=) can hold secrets.
+        state = {key: status[key] for key in (*CHECKED, *(a.get("keys") or [])) if key in status}
         proof["state"] = state
         before = a.get("invocation_before") or ""
         if not (state.get("ActiveState") == "active" and state.get("UnitFileState") == "enabled"

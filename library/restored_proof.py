@@ -34,6 +34,7 @@ options:
   api_key_var: {description: The variable holding the API key in the EnvironmentFiles., type: str}
   gate_timeout_s: {description: Each gate's deadline in seconds., type: float, required: true}
   gates: {description: "The gates to pass (smoke, json, ...).", type: list, elements: str, default: []}
+  keys: {description: "systemd properties returned in C(state) beside those checked (never the rest - Environment can hold secrets).", type: list, elements: str, default: []}
 author: serving-rollout
 """
 
@@ -57,7 +58,7 @@ proven:
   type: bool
   returned: always
 state:
-  description: The unit's systemd properties as read for the proof.
+  description: The unit's systemd properties the proof checks, and C(keys).
   type: dict
   returned: always
 files:
