@@ -60,7 +60,7 @@ remaining:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.unit_recipe import redact_argv
-from ansible.module_utils.unit_stop import GONE, stop
+from ansible.module_utils.unit_stop import GONE, active_state, stop
 
 
 def unit_processes(module, unit):
@@ -96,9 +96,9 @@ def main():
         module.fail_json(msg=f"deadline_s must be positive and kill_wait_s not negative, got {p['deadline_s']} "
                              f"and {p['kill_wait_s']}")
     if module.check_mode:
-        _, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState", "--value", "--", p["unit"]])
-        module.exit_json(changed=out.strip() not in GONE, stopped=out.strip() in GONE, escalated=False,
-                         elapsed_s=0.0, how=f"check mode: {p['unit']} is {out.strip()}")
+        state = active_state(module.run_command, p["unit"])
+        module.exit_json(changed=state not in GONE, stopped=state in GONE, escalated=False,
+                         elapsed_s=0.0, how=f"check mode: {p['unit']} is {state}")
     result = stop(p["unit"], p["deadline_s"], module.run_command, kill_wait_s=p["kill_wait_s"])
     if not result["stopped"]:
         module.fail_json(msg=result["how"], remaining=unit_processes(module, p["unit"]), **result)

@@ -123,6 +123,7 @@ import time
 from ansible.module_utils.arm import lock_lost
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import free_mib, free_space, proc_stat
+from ansible.module_utils.unit_stop import GONE, active_state
 from ansible.module_utils.watchdog import lease_path
 
 UNREADABLE = "unreadable"
@@ -205,20 +206,24 @@ def describe(lock, state_file):
             + (f", last recorded phase '{phase}'" if phase else ""))
 
 
+def remove_lock(path):
+    """The lock and its lease, gone (a lease without its lock means nothing)."""
+    for found in (path, lease_path(path)):
+        if os.path.lexists(found):
+            os.remove(found)
+
+
 def refuse_running_candidate(module, stale):
     """A stale run's candidate that runs anyway was started by someone after the reboot: the stale lock
     goes (nothing of that run holds it) and the take-over is refused, so rollback.yml stops the candidate."""
     unit = module.params["candidate_unit"]
     if not unit:
         return
-    rc, out, err = module.run_command(["systemctl", "show", "--property=ActiveState", "--value", unit])
-    state = out.strip() if rc == 0 else ""
-    if state in ("", "inactive", "failed"):
+    state = active_state(module.run_command, unit)
+    if state in ("", *GONE):
         return
     if not module.check_mode:
-        for path in (module.params["path"], lease_path(module.params["path"])):
-            if os.path.lexists(path):
-                os.remove(path)
+        remove_lock(module.params["path"])
     module.fail_json(msg=f"the host rebooted under run {stale.get('run_id', '?')}, but its candidate {unit} is "
                          f"{state}: run rollback.yml, which stops it and restores and proves the original",
                      lock={})
@@ -261,9 +266,7 @@ def main():
             module.fail_json(msg=f"lock {p['path']} is held by another run ({describe(current, p['state_file'])}); "
                                  "it was not released", lock=current)
         if not module.check_mode:
-            os.remove(p["path"])
-            if os.path.lexists(lease_path(p["path"])):
-                os.remove(lease_path(p["path"]))
+            remove_lock(p["path"])
         module.exit_json(changed=True, lock={})
     if mine:
         module.exit_json(changed=False, lock=current)

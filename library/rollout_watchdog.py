@@ -85,12 +85,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
+from ansible.module_utils.unit_stop import active_state
 from ansible.module_utils.watchdog import lease_path, script
-
-
-def active_state(module, unit):
-    rc, out, err = module.run_command(["systemctl", "show", "--property=ActiveState", "--value", unit])
-    return out.strip() if rc == 0 and out.strip() else "inactive"
 
 
 def run(module, argv):
@@ -112,7 +108,7 @@ def main():
         required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "token", "lock_path"])],
         supports_check_mode=True)
     p = module.params
-    was = active_state(module, p["watchdog_unit"])
+    was = active_state(module.run_command, p["watchdog_unit"]) or "inactive"
     result = {"was": was}
     if p["state"] == "stopped":
         running = was in ("active", "activating")

@@ -12,12 +12,17 @@ import time
 GONE = ("inactive", "failed")
 
 
+def active_state(run, unit):
+    """The unit's ActiveState ('' when systemd cannot say). run(argv) -> (rc, stdout, stderr)."""
+    _, out, _ = run(["systemctl", "show", "-p", "ActiveState", "--value", "--", unit])
+    return out.strip()
+
+
 def stop(unit, deadline_s, run, kill_wait_s=10.0, clock=time.monotonic, sleep=time.sleep, interval_s=0.5):
     """{changed, stopped, escalated, how, elapsed_s, state}. run(argv) -> (rc, stdout, stderr)."""
 
     def state():
-        _, out, _ = run(["systemctl", "show", "-p", "ActiveState", "--value", "--", unit])
-        return out.strip()
+        return active_state(run, unit)
 
     started = clock()
     before = state()

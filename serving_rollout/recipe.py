@@ -5,7 +5,6 @@ module_utils/recipe_render.py's (pure, shared with the host side). docs/managed-
 
 import difflib
 import io
-import re
 from pathlib import Path
 
 from serving_rollout.candidate_plan import schema_errors
@@ -50,12 +49,11 @@ def managed_base_url(recipe):
     args = recipe.get("engine_args") or {}
     host = str(recipe.get("host") or args.get("--host") or "")
     port = str(recipe.get("port") or args.get("--port") or "")
-    reference = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", port)
-    if reference:
-        port = str((recipe.get("environment") or {}).get(reference.group(1), ""))
+    if recipe_render.REFERENCE.match(port):
+        port = str((recipe.get("environment") or {}).get(port.strip("${}"), ""))
         if not port:
             return ""
-    if re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", host):
+    if recipe_render.REFERENCE.match(host):
         host = ""
     host = "127.0.0.1" if host in WILDCARD_HOSTS else (f"[{host}]" if ":" in host and "[" not in host else host)
     return base_url(recipe["engine"], {"--port": port} if port else {}, host)
