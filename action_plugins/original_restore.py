@@ -1,0 +1,97 @@
+"""Action plugin: put the original back - whatever state a run left the host in - and record it. Each step
+runs on the host as its own module, in order; the first that fails ends the put-back with its step and
+message, and what was done until then is returned all the same (the evidence names ended processes).
+
+1. the host-side watchdog stops (this restore owns the host now);
+2. the candidate's and the original's systemd state are read; the phase 'restoring' is recorded when
+   anything is left to put back (a candidate loaded or running, an original not active or restarted);
+3. an original that restarted on its own is stopped and its failure state reset (NRestarts counts from
+   the restore);
+4. the candidate is stopped within the tool's deadline (loaded or orphaned), its container removed;
+5. the GPUs come free (the stopped engine's own stragglers ended), unless the original serves on them;
+6. the original's files are checked against the snapshot - a changed original is never overwritten and
+   never started;
+7. the original starts and its health endpoint answers within the deadline;
+8. the candidate unit, its drop-ins and copies go, and the phase 'restored' is recorded.
+The proof that follows is restored_proof's. Documentation: library/original_restore.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from serving_rollout.host_steps import CONTAINER_RUNTIMES, HostSteps, missing
+from serving_rollout.module_utils.put_back import left_to_put_back
+
+REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "stop_timeout_s", "gpu_free_timeout_s",
+            "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s", "boot_stall_s")
+OPTIONAL = ("runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        args = self._task.args
+        absent = missing(args, REQUIRED)
+        if absent:
+            return {"failed": True, "msg": f"original_restore needs {', '.join(absent)}; got {sorted(args)}"}
+        done = {"changed": False, "candidate_present": False, "candidate_stop": None, "gpu": None, "manifest": None}
+        try:
+            self.put_back(args, HostSteps(self, task_vars, done), done)
+        except AnsibleActionFail as exc:
+            return {**done, **exc.result, "failed": True, "msg": exc.message}
+        return done
+
+    @staticmethod
+    def phase(steps, args, phase):
+        result = steps.module(f"record the phase {phase}", "rollout_phase", state_dir=args["state_dir"],
+                              unit=args["unit"], candidate_unit=args["candidate_unit"], phase=phase,
+                              run_id=args["run_id"])
+        steps.done["ansible_facts"] = result.get("ansible_facts") or {}  # the CLI and interrupted callback read it
+
+    def put_back(self, args, steps, done):
+        unit, candidate_unit = args["unit"], args["candidate_unit"]
+        steps.module("stop the host-side watchdog", "rollout_watchdog", state="stopped",
+                     watchdog_unit=args["watchdog_unit"], unit=unit)
+        candidate = steps.module(f"read {candidate_unit}", "ansible.builtin.systemd_service",
+                                 name=candidate_unit).get("status") or {}
+        original = steps.module(f"read {unit}", "ansible.builtin.systemd_service", name=unit).get("status") or {}
+        present, restarted, anything = left_to_put_back(candidate, original)
+        done["candidate_present"] = present
+        # Nothing left to put back (the original serves cleanly, no candidate): a second rollback changes
+        # nothing; the checks below still run.
+        if anything:
+            self.phase(steps, args, "restoring")
+        if restarted:
+            steps.module(f"stop {unit}, which restarted on its own", "engine_stop", unit=unit,
+                         deadline_s=args["stop_timeout_s"])
+            steps.module(f"reset {unit}'s failure state", "ansible.builtin.command",
+                         argv=["systemctl", "reset-failed", unit])
+            done["changed"] = True
+        # The engine's SIGTERM is not trusted: a vLLM API server with an open client stream never exits on it.
+        if present:
+            stop = steps.module(f"stop the candidate {candidate_unit}", "engine_stop", unit=candidate_unit,
+                                deadline_s=args["stop_timeout_s"])
+            done["candidate_stop"] = {k: stop.get(k) for k in ("stopped", "escalated", "how")}
+            if stop.get("escalated"):
+                steps.say(str(stop.get("how")))
+        container = args.get("container") or ""
+        if args.get("runtime") in CONTAINER_RUNTIMES and container:
+            # A candidate's container that outlived its unit; none is the usual case, so a failure is not one.
+            argv = [args["runtime"], "rm", "-f", f"{container}-candidate"]
+            removed = self._execute_module(module_name="ansible.builtin.command", task_vars=steps.task_vars,
+                                           module_args={"argv": argv})
+            done["changed"] = done["changed"] or (removed.get("rc") == 0 and bool(removed.get("stdout", "").strip()))
+        if original.get("ActiveState") != "active" or restarted:
+            steps.free_gpus(args, [unit, candidate_unit])
+        done["manifest"] = steps.module("check the original's files against the snapshot", "serving_snapshot",
+                                        unit=unit, files=args["snapshot_files"],
+                                        dest=f"{args['state_dir']}/{unit}").get("manifest")
+        steps.module(f"start {unit}", "ansible.builtin.systemd_service", name=unit, state="started")
+        steps.module(f"wait for {unit}'s health endpoint", "engine_ready", base_url=args["base_url"],
+                     timeout_s=args["ready_timeout_s"], unit=unit, engine=args["engine"],
+                     stall_s=args["boot_stall_s"], env_files=args.get("env_files") or [])
+        steps.module("remove the candidate unit, its drop-ins and copies", "candidate_remove",
+                     candidate_unit=candidate_unit, unit=unit, state_dir=args["state_dir"])
+        self.phase(steps, args, "restored")

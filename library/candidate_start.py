@@ -1,0 +1,63 @@
+#!/usr/bin/python
+"""Documentation of the candidate_start action (action_plugins/candidate_start.py runs it on the controller)."""
+
+DOCUMENTATION = r"""
+---
+module: candidate_start
+short_description: Start the candidate and keep its identity as it became ready
+description:
+  - Runs on the controller (an action plugin) and runs each step on the host as its own module, in order; the
+    first that fails ends it with its step and message.
+  - Starts C(candidate_unit) (systemd_service) and waits for its health endpoint (engine_ready, with its boot
+    watchdog - a crash signature or a log stalled for C(boot_stall_s) ends the wait early).
+  - Renews the lease the host-side watchdog reads (rollout_lock held, C(lease_s)); a lock another run took
+    over ends it.
+  - Reads the ready engine's MainPID, InvocationID and NRestarts (only those - Environment can hold secrets).
+  - With C(original_container) (the original's container_reading), proves the candidate's container
+    C(container)-candidate differs from it in C(change) alone, as the runtime runs both (container_reading).
+  - Changes the host - it starts the candidate and renews the lease; under check mode each step runs in check
+    mode and changes nothing.
+options:
+  candidate_unit: {description: The candidate's unit., type: str, required: true}
+  base_url: {description: The engine's URL., type: str, required: true}
+  ready_timeout_s: {description: The deadline for the health endpoint., type: float, required: true}
+  engine: {description: The engine (its adapter reads logs and health)., type: str, required: true}
+  boot_stall_s: {description: How long a start may show no progress in its log (engine_ready)., type: float, required: true}
+  env_files: {description: "The unit's EnvironmentFiles (the port read there).", type: list, elements: path, default: []}
+  lock_path: {description: The host's rollout lock., type: path, required: true}
+  lock_token: {description: "This run's lock token (also the container reading's key; never shown).", type: str, required: true}
+  lease_s: {description: The lease given once the candidate is ready., type: int, required: true}
+  runtime: {description: "The runtime (docker, podman) - with C(original_container).", type: str}
+  container: {description: "The original's container name; the candidate's is this with -candidate.", type: str}
+  original_container: {description: The original container's reading (original_stop's container)., type: dict}
+  change: {description: "The one control the candidate changes (the catalog's change).", type: dict}
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Start the candidate
+  candidate_start:
+    candidate_unit: sglang-candidate.service
+    base_url: http://127.0.0.1:30000
+    ready_timeout_s: 1200
+    engine: sglang
+    boot_stall_s: 300
+    lock_path: /var/lib/serving-rollout/sglang.service.lock
+    lock_token: "{{ rollout_lock_token }}"
+    lease_s: 300
+  register: rollout_candidate_started
+"""
+
+RETURN = r"""
+identity:
+  description: The ready engine's MainPID, InvocationID and NRestarts ({} when it ended before).
+  type: dict
+  returned: always
+container_compared:
+  description: Whether the candidate's container was proven to differ from the original's in the one control.
+  type: bool
+  returned: always
+"""
+
+if __name__ == "__main__":
+    raise SystemExit("candidate_start runs on the controller as an action plugin (action_plugins/candidate_start.py)")

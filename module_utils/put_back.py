@@ -1,0 +1,29 @@
+"""What a restore has to do, read from systemd's properties of the units and the tool's state folder.
+Pure functions: the original_restore action and the snapshot_read module ask systemd and the host, these
+decide."""
+
+GONE = ("inactive", "failed")
+
+
+def left_to_put_back(candidate, original):
+    """(candidate present, original restarted, anything to do) from both units' properties. A candidate whose
+    unit file was deleted while it ran is not-found but still active: systemd keeps running it, so it counts
+    whatever its load state."""
+    present = (candidate.get("LoadState", "not-found") == "loaded"
+               or candidate.get("ActiveState", "inactive") not in GONE)
+    restarted = str(original.get("NRestarts", "0")) != "0"
+    return present, restarted, present or restarted or original.get("ActiveState") != "active"
+
+
+def untouched_refusal(unit, candidate_unit, candidate_installed, state, manifest_path):
+    """Why a host without a snapshot cannot be called untouched, or None. Without a snapshot this tool never
+    changed the unit, so there is nothing to restore - unless a candidate unit is installed (the snapshot was
+    lost mid-run) or the unit does not serve (something else is wrong, and rollback must not say 'fine')."""
+    if candidate_installed:
+        return (f"{candidate_unit} is installed but there is no snapshot of {unit} ({manifest_path} is missing): "
+                "nothing to restore from")
+    if state.get("ActiveState") != "active" or state.get("UnitFileState") != "enabled":
+        return (f"no snapshot of {unit} on this host (serving-rollout never changed it) and it is not serving: "
+                f"ActiveState={state.get('ActiveState')} UnitFileState={state.get('UnitFileState')} "
+                f"LoadState={state.get('LoadState')}")
+    return None
