@@ -66,7 +66,7 @@ EXAMPLES = r"""
     lock_path: /var/lib/serving-rollout/sglang.service.lock
     lock_token: "{{ rollout_lock_token }}"
     candidate_unit: sglang-candidate.service
-    candidate_identity: "{{ rollout_candidate_identity }}"
+    candidate_identity: "{{ rollout_candidate_started.identity }}"
     base_url: http://127.0.0.1:30000
   loop: "{{ rollout_cells }}"
 """

@@ -56,6 +56,12 @@ snapshot_path:
   description: Folder holding the manifest and copies.
   type: str
   returned: always
+both_versions:
+  description: "Each changed file's both versions (a unit's diff, an EnvironmentFile's changed variable names; values
+    redacted) - when a snapshot is replaced, or refused because the files changed."
+  type: list
+  elements: str
+  returned: when an existing snapshot differs from the files
 """
 
 import difflib
@@ -123,6 +129,7 @@ def main():
         module.fail_json(msg=f"files must be a non-empty list of {{path, kind}}, got {p['files']}")
     manifest_path = os.path.join(p["dest"], "manifest.json")
     current = [{**describe(module, f["path"]), "kind": f.get("kind", "file")} for f in p["files"]]
+    versions = []  # both versions of each changed file (values redacted), read before a replace removes the copies
     if os.path.exists(manifest_path):
         with open(manifest_path) as handle:
             old = json.load(handle)
@@ -134,9 +141,9 @@ def main():
                          f"{new_hashes.get(path, 'absent')[:12]}"
                          for path in sorted(set(old_hashes) | set(new_hashes))
                          if old_hashes.get(path) != new_hashes.get(path)]
+        versions = [both_versions(entry, entry["path"]) for entry in old["files"]
+                    if old_hashes.get(entry["path"]) != new_hashes.get(entry["path"])]
         if not p["replace"]:
-            versions = [both_versions(entry, entry["path"]) for entry in old["files"]
-                        if old_hashes.get(entry["path"]) != new_hashes.get(entry["path"])]
             module.fail_json(msg="the original changed since its snapshot; nothing was overwritten: "
                                  + "; ".join(changed_files) + ". If the change is intended (a key rotation, an "
                                  "operator's edit), adopt the current original as the new restore recipe with "
@@ -152,7 +159,8 @@ def main():
                                 "files": [{"path": f["path"], "sha256": f["sha256"]} for f in old["files"]],
                                 "changed": changed_files}
     if module.check_mode:
-        module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"])
+        module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"],
+                         both_versions=versions)
     files_dir = os.path.join(p["dest"], "files")
     # The copies go to a staging folder first and are verified there: a failure (a full disk) removes
     # the staging folder - no partial snapshot, no stray copy of a secret-bearing file - and leaves
@@ -181,7 +189,7 @@ def main():
         module.fail_json(msg=f"snapshot not taken in {p['dest']}: {why} ({free_space(p['dest'])}); "
                              "nothing of this attempt was left behind, the original was not touched")
     shutil.rmtree(staging + ".old", ignore_errors=True)
-    module.exit_json(changed=True, manifest=manifest, snapshot_path=p["dest"])
+    module.exit_json(changed=True, manifest=manifest, snapshot_path=p["dest"], both_versions=versions)
 
 
 if __name__ == "__main__":
