@@ -15,33 +15,19 @@ message, and what was done until then is returned all the same (the evidence nam
 8. the candidate unit, its drop-ins and copies go, and the phase 'restored' is recorded.
 The proof that follows is restored_proof's. Documentation: library/original_restore.py."""
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-from serving_rollout.host_steps import CONTAINER_RUNTIMES, HostSteps, missing
+from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 from serving_rollout.module_utils.put_back import left_to_put_back
 
-REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "stop_timeout_s", "gpu_free_timeout_s",
-            "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s", "boot_stall_s")
-OPTIONAL = ("runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
 
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(StepsAction):
+    REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "stop_timeout_s",
+                "gpu_free_timeout_s", "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s",
+                "boot_stall_s")
+    OPTIONAL = ("runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        args = self._task.args
-        absent = missing(args, REQUIRED)
-        if absent:
-            return {"failed": True, "msg": f"original_restore needs {', '.join(absent)}; got {sorted(args)}"}
-        done = {"changed": False, "candidate_present": False, "candidate_stop": None, "gpu": None, "manifest": None}
-        try:
-            self.put_back(args, HostSteps(self, task_vars, done), done)
-        except AnsibleActionFail as exc:
-            return {**done, **exc.result, "failed": True, "msg": exc.message}
-        return done
+    def initial(self):
+        return {"changed": False, "candidate_present": False, "candidate_stop": None, "gpu": None, "manifest": None}
 
     @staticmethod
     def phase(steps, args, phase):
@@ -50,7 +36,7 @@ class ActionModule(ActionBase):
                               run_id=args["run_id"])
         steps.done["ansible_facts"] = result.get("ansible_facts") or {}  # the CLI and interrupted callback read it
 
-    def put_back(self, args, steps, done):
+    def steps(self, args, steps, done):
         unit, candidate_unit = args["unit"], args["candidate_unit"]
         steps.module("stop the host-side watchdog", "rollout_watchdog", state="stopped",
                      watchdog_unit=args["watchdog_unit"], unit=unit)

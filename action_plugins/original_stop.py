@@ -9,48 +9,42 @@ what was read until then is returned all the same (the evidence names ended proc
 4. the wait until no worker holds the GPUs (gpu_free), ending only the stopped engine's own stragglers.
 Documentation: library/original_stop.py."""
 
-from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
 
-from serving_rollout.host_steps import CONTAINER_RUNTIMES, HostSteps, missing
-
-REQUIRED = ("unit", "candidate_unit", "stop_timeout_s", "gpu_free_timeout_s", "engine", "straggler_grace_s")
-OPTIONAL = ("runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
-            "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern")
+from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(StepsAction):
+    REQUIRED = ("unit", "candidate_unit", "stop_timeout_s", "gpu_free_timeout_s", "engine", "straggler_grace_s")
+    OPTIONAL = ("runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
+                "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        args = self._task.args
-        container = args.get("container") if args.get("runtime") in CONTAINER_RUNTIMES else ""
-        read_version = boolean(args.get("read_version", False), strict=False)
-        absent = missing(args, REQUIRED + (("key",) if container else ()) + (("base_url",) if read_version else ()))
-        if absent:
-            return {"failed": True, "msg": f"original_stop needs {', '.join(absent)}; got {sorted(args)}"}
-        done = {"changed": False, "container": None, "version": None, "stop_attempted": False, "stop": None,
+    @staticmethod
+    def container(args):
+        return args.get("container") if args.get("runtime") in CONTAINER_RUNTIMES else ""
+
+    def required(self, args):
+        return (self.REQUIRED + (("key",) if self.container(args) else ())
+                + (("base_url",) if boolean(args.get("read_version", False), strict=False) else ()))
+
+    def initial(self):
+        return {"changed": False, "container": None, "version": None, "stop_attempted": False, "stop": None,
                 "gpu": None}
-        steps = HostSteps(self, task_vars, done)
-        unit = args["unit"]
-        try:
-            if container:
-                done["container"] = steps.module(f"read the container {container}", "container_reading",
-                                                 runtime=args["runtime"], name=container, key=args["key"])["reading"]
-            if read_version:
-                done["version"] = steps.module(
-                    "read the original engine's version report", "engine_gate", base_url=args["base_url"],
-                    gate="version", **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}),
-                    env_files=args.get("env_files") or [], timeout_s=args.get("gate_timeout_s") or 60,
-                    phase="baseline")["record"]
-            done["stop_attempted"] = True  # from here a restore expects a new invocation of the original
-            stop = steps.module(f"stop {unit} within the tool's deadline", "engine_stop", unit=unit,
-                                deadline_s=args["stop_timeout_s"])
-            done["stop"] = {k: stop.get(k) for k in ("stopped", "escalated", "how")}
-            steps.free_gpus(args, [unit, args["candidate_unit"]])
-        except AnsibleActionFail as exc:
-            return {**done, **exc.result, "failed": True, "msg": exc.message}
-        return done
+
+    def steps(self, args, steps, done):
+        unit, container = args["unit"], self.container(args)
+        if container:
+            done["container"] = steps.module(f"read the container {container}", "container_reading",
+                                             runtime=args["runtime"], name=container, key=args["key"])["reading"]
+        if boolean(args.get("read_version", False), strict=False):
+            done["version"] = steps.module(
+                "read the original engine's version report", "engine_gate", base_url=args["base_url"],
+                gate="version", **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}),
+                env_files=args.get("env_files") or [], timeout_s=args.get("gate_timeout_s") or 60,
+                phase="baseline")["record"]
+        done["stop_attempted"] = True  # from here a restore expects a new invocation of the original
+        stop = steps.module(f"stop {unit} within the tool's deadline", "engine_stop", unit=unit,
+                            deadline_s=args["stop_timeout_s"])
+        done["stop"] = {k: stop.get(k) for k in ("stopped", "escalated", "how")}
+        steps.free_gpus(args, [unit, args["candidate_unit"]])

@@ -1,8 +1,9 @@
-"""Modules an action plugin runs on a host one after another (original_stop, original_restore): each step is
-named, the first failure ends the sequence with its step and message, and what was done until then stays in
-the action's result (`done`), so the evidence keeps it."""
+"""Modules an action plugin runs on a host one after another (candidate_start, original_stop, original_restore):
+each step is named, the first failure ends the sequence with its step and message, and what was done until then
+stays in the action's result (`done`), so the evidence keeps it."""
 
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
@@ -44,6 +45,32 @@ class HostSteps:
         self.done["changed"] = self.done["changed"] or bool(gpu.get("changed"))
 
 
-def missing(args, required):
-    """The required arguments an action was given empty or not at all."""
-    return [key for key in required if args.get(key) in (None, "")]
+class StepsAction(ActionBase):
+    """An action plugin that runs HostSteps: REQUIRED and OPTIONAL arguments (a subclass sets _VALID_ARGS from
+    them), `required(args)` for those some arguments make required, the result it starts from (`initial`), and
+    `steps(args, steps, done)`. A missing argument is refused before anything runs; a failed step ends the action
+    with its message and what was done until then."""
+    TRANSFERS_FILES = False
+    REQUIRED, OPTIONAL = (), ()
+
+    def required(self, args):
+        return self.REQUIRED
+
+    def initial(self):
+        return {"changed": False}
+
+    def steps(self, args, steps, done):
+        raise NotImplementedError
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        args = self._task.args
+        absent = [key for key in self.required(args) if args.get(key) in (None, "")]
+        if absent:
+            return {"failed": True, "msg": f"{self._task.action} needs {', '.join(absent)}; got {sorted(args)}"}
+        done = self.initial()
+        try:
+            self.steps(args, HostSteps(self, task_vars, done), done)
+        except AnsibleActionFail as exc:
+            return {**done, **exc.result, "failed": True, "msg": exc.message}
+        return done

@@ -1,0 +1,127 @@
+"""The step sequences of the candidate_start, original_stop and original_restore actions: which module runs when,
+a refusal before anything runs, and what a failed step leaves in the result. The host's modules are a TEST DOUBLE
+here (ScriptedHost answers each module with a scripted result and records the call); the lab's real systemd runs
+the same actions in every rollout and rollback (tests/integration/test_rollout_faults.py, test_fleet.py)."""
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def action_class(name):
+    spec = importlib.util.spec_from_file_location(f"action_{name}", REPO / "action_plugins" / f"{name}.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    return plugin.ActionModule
+
+
+def scripted(name, args, answers):
+    """The action `name` with `args`, whose modules answer from `answers` ({module: result or [results]})."""
+    calls = []
+
+    class ScriptedHost(action_class(name)):  # TEST DOUBLE of the host's modules
+        def _execute_module(self, module_name=None, module_args=None, task_vars=None, **_):
+            calls.append((module_name, module_args))
+            answer = answers.get(module_name, {})
+            return dict(answer.pop(0) if isinstance(answer, list) else answer)
+
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action=name)
+    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/double"))
+    action = ScriptedHost(task, connection, None, None, None)
+    return action, calls
+
+
+STOP_ARGS = {"unit": "sglang.service", "candidate_unit": "sglang-candidate.service", "stop_timeout_s": 180,
+             "gpu_free_timeout_s": 120, "engine": "sglang", "straggler_grace_s": 10}
+RESTORE_ARGS = {**STOP_ARGS, "watchdog_unit": "serving-rollout-watchdog-sglang.service",
+                "state_dir": "/var/lib/serving-rollout", "run_id": "R1", "base_url": "http://127.0.0.1:30000",
+                "ready_timeout_s": 1200, "boot_stall_s": 300,
+                "snapshot_files": [{"path": "/etc/systemd/system/sglang.service", "sha256": "ab"}]}
+
+
+def test_a_missing_argument_is_refused_by_name_before_any_module_runs():
+    action, calls = scripted("original_stop", {**STOP_ARGS, "runtime": "podman", "container": "sglang",
+                                               "unit": ""}, {})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"].startswith("original_stop needs unit, key; got ")
+    assert calls == []
+
+
+def test_a_failed_gpu_wait_keeps_the_processes_it_ended_and_names_its_step():
+    action, calls = scripted("original_stop", STOP_ARGS, {
+        "engine_stop": {"changed": True, "stopped": True, "escalated": False, "how": "stopped"},
+        "gpu_free": {"failed": True, "msg": "GPU 0 still held by pid 4242 (python3)", "summary": "ended 4242",
+                     "terminated": [{"pid": 4242, "name": "sglang::scheduler"}]}})
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert [name for name, _ in calls] == ["engine_stop", "gpu_free"]
+    assert result["failed"] and result["msg"] == ("wait until no worker holds the GPUs: "
+                                                  "GPU 0 still held by pid 4242 (python3)")
+    assert result["stop_attempted"] and result["gpu"]["terminated"] == [{"pid": 4242, "name": "sglang::scheduler"}]
+
+
+def test_a_failed_container_reading_ends_before_the_original_is_stopped():
+    action, calls = scripted("original_stop", {**STOP_ARGS, "runtime": "podman", "container": "sglang",
+                                               "key": "k"}, {"container_reading": {"failed": True,
+                                                                                  "msg": "no such container"}})
+    result = action.run(task_vars={})
+    assert [name for name, _ in calls] == ["container_reading"]
+    assert result["failed"] and result["msg"] == "read the container sglang: no such container"
+    assert result["stop_attempted"] is False  # the restore then expects no new invocation of the original
+
+
+def systemd(candidate, original):
+    return {"ansible.builtin.systemd_service": [{"status": candidate}, {"status": original}, {"changed": True}]}
+
+
+def test_a_clean_host_is_put_back_without_a_restoring_phase_or_a_stop():
+    action, calls = scripted("original_restore", RESTORE_ARGS, {
+        **systemd({"LoadState": "not-found", "ActiveState": "inactive"}, {"ActiveState": "active", "NRestarts": "0"}),
+        "serving_snapshot": {"manifest": {"files": RESTORE_ARGS["snapshot_files"]}},
+        "rollout_phase": {"ansible_facts": {"rollout_progress": {"kind": "phase", "phase": "restored"}}}})
+    result = action.run(task_vars={})
+    assert [name for name, _ in calls] == ["rollout_watchdog", "ansible.builtin.systemd_service",
+                                           "ansible.builtin.systemd_service", "serving_snapshot",
+                                           "ansible.builtin.systemd_service", "engine_ready", "candidate_remove",
+                                           "rollout_phase"]
+    assert not result.get("failed") and result["candidate_present"] is False and result["gpu"] is None
+    assert result["ansible_facts"]["rollout_progress"]["phase"] == "restored"
+
+
+def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_checked():
+    action, calls = scripted("original_restore", {**RESTORE_ARGS, "runtime": "podman", "container": "sglang"}, {
+        **systemd({"LoadState": "loaded", "ActiveState": "active"}, {"ActiveState": "inactive", "NRestarts": "0"}),
+        "engine_stop": {"changed": True, "stopped": True, "escalated": True, "how": "SIGKILL at the deadline"},
+        "ansible.builtin.command": {"rc": 0, "stdout": "sglang-candidate"},
+        "gpu_free": {"summary": "", "terminated": []},
+        "serving_snapshot": {"failed": True, "msg": "the original changed since its snapshot; nothing was overwritten",
+                             "both_versions": ["--- snapshot\n+++ now\n+# edited"]}})
+    result = action.run(task_vars={})
+    names = [name for name, _ in calls]
+    assert names[:4] == ["rollout_watchdog", "ansible.builtin.systemd_service", "ansible.builtin.systemd_service",
+                         "rollout_phase"] and calls[3][1]["phase"] == "restoring"
+    assert names[4:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot"]
+    assert calls[4][1]["unit"] == "sglang-candidate.service"
+    assert calls[5][1]["argv"] == ["podman", "rm", "-f", "sglang-candidate"]
+    # a changed original: nothing started, both versions in the failure
+    assert result["failed"] and result["msg"].startswith("check the original's files against the snapshot: the "
+                                                         "original changed since its snapshot")
+    assert result["both_versions"] == ["--- snapshot\n+++ now\n+# edited"]
+    assert result["candidate_stop"] == {"stopped": True, "escalated": True, "how": "SIGKILL at the deadline"}
+
+
+def test_the_candidate_start_keeps_only_the_identity_and_compares_a_container():
+    args = {"candidate_unit": "sglang-candidate.service", "base_url": "http://127.0.0.1:30000",
+            "ready_timeout_s": 1200, "engine": "sglang", "boot_stall_s": 300, "lock_path": "/l", "lock_token": "t",
+            "lease_s": 300, "runtime": "podman", "container": "sglang", "original_container": {"env": {}},
+            "change": {"kind": "env", "name": "NCCL_P2P_DISABLE"}}
+    status = {"MainPID": "77", "InvocationID": "abc", "NRestarts": "0", "Environment": "HF_TOKEN=secret"}
+    action, calls = scripted("candidate_start", args, {
+        "ansible.builtin.systemd_service": [{"changed": True}, {"status": status}]})
+    result = action.run(task_vars={})
+    assert [name for name, _ in calls] == ["ansible.builtin.systemd_service", "engine_ready", "rollout_lock",
+                                           "ansible.builtin.systemd_service", "container_reading"]
+    assert result["identity"] == {"MainPID": "77", "InvocationID": "abc", "NRestarts": "0"}
+    assert "secret" not in str(result) and result["container_compared"] is True
+    assert calls[4][1]["name"] == "sglang-candidate" and calls[4][1]["compare_with"] == {"env": {}}
