@@ -85,7 +85,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
-from ansible.module_utils.unit_stop import active_state
+from ansible.module_utils.unit_stop import active_state, stop_if_running
 from ansible.module_utils.watchdog import lease_path, script
 
 
@@ -112,8 +112,10 @@ def main():
     result = {"was": was}
     if p["state"] == "stopped":
         running = was in ("active", "activating")
-        if running and not module.check_mode:
-            run(module, ["systemctl", "stop", p["watchdog_unit"]])
+        # It may end on its own meanwhile (a lock taken over, a lapsed lease): then it is stopped as asked.
+        problem = stop_if_running(module.run_command, p["watchdog_unit"]) if running and not module.check_mode else None
+        if problem:
+            module.fail_json(msg=problem, **result)
         module.exit_json(changed=running, **result)
     path = os.path.join(p["state_dir"], p["unit"], "watchdog.sh")
     if os.path.isdir(path):
@@ -128,7 +130,9 @@ def main():
     except OSError as exc:
         module.fail_json(msg=f"cannot write the watchdog script {path}: {exc}", **result)
     if was in ("active", "activating", "failed"):  # an earlier run's, which is over
-        run(module, ["systemctl", "stop", p["watchdog_unit"]])
+        problem = stop_if_running(module.run_command, p["watchdog_unit"])
+        if problem:
+            module.fail_json(msg=problem, **result)
     run(module, ["systemd-run", f"--unit={p['watchdog_unit']}", "--collect", "--quiet",
                  f"--description=serving-rollout watchdog of {p['unit']} (run {p['run_id']})", "/bin/sh", path])
     module.exit_json(changed=True, script=path, **result)

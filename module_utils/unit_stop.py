@@ -18,6 +18,19 @@ def active_state(run, unit):
     return out.strip()
 
 
+def stop_if_running(run, unit):
+    """`systemctl stop unit`; None when it is stopped, else the error. A unit that ended on its own between the
+    caller's read and this stop is stopped too: a transient unit (systemd-run --collect, the watchdog) is then
+    no longer loaded and systemctl says so with rc 5."""
+    rc, out, err = run(["systemctl", "stop", "--", unit])
+    if rc == 0:
+        return None
+    state = active_state(run, unit)
+    if state in GONE or not state:
+        return None
+    return f"systemctl stop {unit} failed (rc {rc}, now {state}): {(err or out).strip()}"
+
+
 def stop(unit, deadline_s, run, kill_wait_s=10.0, clock=time.monotonic, sleep=time.sleep, interval_s=0.5):
     """{changed, stopped, escalated, how, elapsed_s, state}. run(argv) -> (rc, stdout, stderr)."""
 

@@ -2,7 +2,7 @@
 survives even that is named. systemd here is a TEST DOUBLE (a state machine answering systemctl);
 the lab's real systemd runs the same stop in tests/integration/test_rollout_faults.py."""
 
-from serving_rollout.module_utils.unit_stop import stop
+from serving_rollout.module_utils.unit_stop import stop, stop_if_running
 
 
 class FakeSystemd:
@@ -67,3 +67,31 @@ def test_an_already_stopped_unit_is_left_alone():
     fake = FakeSystemd(state="failed")
     result = run_stop(fake)
     assert result["stopped"] and not result["changed"] and fake.calls == ["show"]
+
+
+class EndedOnItsOwn:
+    """TEST DOUBLE of systemctl, answering as real systemd does (checked in the lab: `systemd-run --collect
+    /bin/true`, then `systemctl stop` of it) for a transient unit that ended between a read and the stop."""
+
+    def __init__(self, state_after="inactive"):
+        self.state_after, self.calls = state_after, []
+
+    def run(self, argv):
+        self.calls.append(argv)
+        if argv[1] == "stop":
+            return 5, "", f"Failed to stop {argv[-1]}: Unit {argv[-1]} not loaded.\n"
+        return 0, self.state_after + "\n", ""
+
+
+def test_a_unit_that_ended_before_its_stop_counts_as_stopped():
+    fake = EndedOnItsOwn()
+    assert stop_if_running(fake.run, "serving-rollout-watchdog-sglang.service") is None
+    assert [argv[1] for argv in fake.calls] == ["stop", "show"]
+
+
+def test_a_stop_that_fails_on_a_running_unit_is_named_with_its_state():
+    fake = EndedOnItsOwn(state_after="active")
+    problem = stop_if_running(fake.run, "serving-rollout-watchdog-sglang.service")
+    assert problem == ("systemctl stop serving-rollout-watchdog-sglang.service failed (rc 5, now active): Failed to "
+                       "stop serving-rollout-watchdog-sglang.service: Unit serving-rollout-watchdog-sglang.service "
+                       "not loaded.")
