@@ -95,6 +95,14 @@ def run(module, argv):
         module.fail_json(msg=f"{' '.join(argv[:3])} failed (rc {rc}): {(err or out).strip()}")
 
 
+def stop(module, unit, result):
+    """Stop the watchdog; one that ended on its own meanwhile (a lock taken over, a lapsed lease) is stopped as
+    asked (unit_stop.stop_if_running)."""
+    problem = stop_if_running(module.run_command, unit)
+    if problem:
+        module.fail_json(msg=problem, **result)
+
+
 def main():
     module = AnsibleModule(argument_spec={
         "state": {"type": "str", "choices": ["started", "stopped"], "default": "started"},
@@ -112,10 +120,8 @@ def main():
     result = {"was": was}
     if p["state"] == "stopped":
         running = was in ("active", "activating")
-        # It may end on its own meanwhile (a lock taken over, a lapsed lease): then it is stopped as asked.
-        problem = stop_if_running(module.run_command, p["watchdog_unit"]) if running and not module.check_mode else None
-        if problem:
-            module.fail_json(msg=problem, **result)
+        if running and not module.check_mode:
+            stop(module, p["watchdog_unit"], result)
         module.exit_json(changed=running, **result)
     path = os.path.join(p["state_dir"], p["unit"], "watchdog.sh")
     if os.path.isdir(path):
@@ -130,9 +136,7 @@ def main():
     except OSError as exc:
         module.fail_json(msg=f"cannot write the watchdog script {path}: {exc}", **result)
     if was in ("active", "activating", "failed"):  # an earlier run's, which is over
-        problem = stop_if_running(module.run_command, p["watchdog_unit"])
-        if problem:
-            module.fail_json(msg=problem, **result)
+        stop(module, p["watchdog_unit"], result)
     run(module, ["systemd-run", f"--unit={p['watchdog_unit']}", "--collect", "--quiet",
                  f"--description=serving-rollout watchdog of {p['unit']} (run {p['run_id']})", "/bin/sh", path])
     module.exit_json(changed=True, script=path, **result)

@@ -2,7 +2,7 @@
 Pure functions: the original_restore action and the snapshot_read module ask systemd and the host, these
 decide."""
 
-GONE = ("inactive", "failed")
+from .unit_stop import GONE
 
 
 def left_to_put_back(candidate, original):
