@@ -5,7 +5,8 @@ lock is still this run's, the watchdog's lease renewed in the candidate arm; sys
 engine is the one that became ready), runs the chunk on the host (latency_cell, where the API key stays), shows the
 progress, and in the candidate arm looks at the cell so far (sequential: it stops at the first
 clear look). Returns the merged cell in the shape ab_verdict takes, and the progress fact
-bin/serving-rollout reads. The statistics and the chunks' records are module_utils' (arm.py,
+bin/serving-rollout reads. An endurance cell (duration_s) is judged here too, with the candidate's
+journal read after it. The statistics and the chunks' records are module_utils' (arm.py,
 abstats.py, cells.py); this file only drives them. Documentation: library/latency_arm.py."""
 
 import time
@@ -29,7 +30,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(CELL_ARGS + (
         "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
         "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
-        "duration_s"))
+        "duration_s", "drift_limit", "known_noise", "extra_error_patterns"))
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
@@ -81,10 +82,28 @@ class ActionModule(ActionBase):
         # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
         cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
         display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
-        return {"changed": False, "cell": cell,
-                "ansible_facts": {"rollout_progress": {
-                    "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
-                    "failures": cell["failures"]}}}
+        result = {"changed": False, "cell": cell,
+                  "ansible_facts": {"rollout_progress": {
+                      "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
+                      "failures": cell["failures"]}}}
+        return self.endured(args, task_vars, result, duration_s) if deadline else result
+
+    def endured(self, args, task_vars, result, duration_s):
+        """The endurance cell's verdict (module_utils/arm.py) and the candidate's journal read after it: a
+        hang, a failed request, drift, a crash or an error line new under load fails it, both kept."""
+        scan = self._execute_module(module_name="journal_scan", task_vars=task_vars, module_args={
+            "unit": args["candidate_unit"], "engine": args["engine"], "known_noise": args.get("known_noise") or [],
+            "extra_error_patterns": args.get("extra_error_patterns") or [], "env_files": args.get("env_files") or []})
+        if scan.get("failed"):
+            return {**result, "failed": True, "msg": f"read {args['candidate_unit']}'s journal: {scan.get('msg')}"}
+        try:
+            verdict = arm.endurance_judgement(result["cell"], duration_s, float(args.get("drift_limit", 0.1)),
+                                              float(args["timeout_s"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"latency_arm: endurance: {exc}") from exc
+        failure = arm.endurance_failure(verdict, scan["scan"])
+        return {**result, "verdict": verdict, "scan": scan["scan"],
+                **({"failed": True, "msg": failure} if failure else {})}
 
     def go_on(self, args, task_vars, when="cells"):
         """Stop measuring when another run took the lock over, or when the candidate engine exited or

@@ -17,7 +17,7 @@ description:
     one chunk (its drift check); every arm C(requests) when not C(sequential).
   - In the candidate arm of a sequential cell it looks at the cell after every chunk against its
     first baseline bracket and stops at the first clear look (module_utils/abstats.py).
-  - Changes nothing on the host but the lock's lease; sends load to the engine.
+  - Changes nothing on the host but the lock's lease (not renewed under check mode); sends load to the engine.
 options:
   arm: {description: baseline-1, candidate or baseline-2., type: str, required: true}
   cell: {description: "The cell: name and prompt_tokens.", type: dict, required: true}
@@ -49,8 +49,13 @@ options:
   duration_s:
     description: >-
       An endurance cell - chunks until this many seconds have passed (not a request count), stopping at
-      its first failed request; no looks. module_utils/arm.py endurance_judgement judges it.
+      its first failed request; no looks. Then the candidate's journal is read (journal_scan) and
+      module_utils/arm.py judges it - a hang, a failed request, E2E drift beyond C(drift_limit), a crash
+      or an error line new under load fails the task, its verdict and scan returned all the same.
     type: float
+  drift_limit: {description: "The endurance cell's E2E drift limit, last third against first (with C(duration_s)).", type: float, default: 0.1}
+  known_noise: {description: "Journal lines that are not errors on this host (with C(duration_s), journal_scan).", type: list, elements: str}
+  extra_error_patterns: {description: "The operator's own error patterns (with C(duration_s), journal_scan).", type: list, elements: str}
 author: serving-rollout
 """
 
@@ -78,6 +83,14 @@ cell:
     remeasured, disturbed) and, in a sequential candidate arm, its last look under C(sequential).
   type: dict
   returned: success
+verdict:
+  description: "The endurance cell's verdict (ok, reason, requests, failures, drift, drift_limit), with C(duration_s)."
+  type: dict
+  returned: with duration_s, when the cell completed
+scan:
+  description: "The candidate's journal read after the endurance cell (journal_scan's scan), with C(duration_s)."
+  type: dict
+  returned: with duration_s, when the cell completed
 """
 
 if __name__ == "__main__":

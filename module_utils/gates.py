@@ -155,3 +155,22 @@ def run_gate(name, options, phase=""):
     return {"gate": name, "phase": phase, "engine": options["base_url"], "inputs": inputs,
             "observed": observed, "expected": expected, "verdict": "pass" if ok else "fail",
             "reason": reason, "duration_s": round(time.monotonic() - started, 4)}
+
+
+def not_qualified_records(not_qualified, gates, phase):
+    """One record per gate of `gates` named in `not_qualified` ({gate: why}): verdict not-qualified with the
+    reason, as a gate record shows it. A gate that cannot be meaningful on a host's model (the lab's random
+    weights) is never run and never passed. ValueError names a reason that is not a non-empty string."""
+    if not isinstance(not_qualified, dict) or not all(isinstance(v, str) and v.strip() for v in not_qualified.values()):
+        raise ValueError(f"not_qualified must map each gate to the reason it cannot qualify; got {not_qualified!r}")
+    if not isinstance(gates, list):
+        raise ValueError(f"gates must be a list of gate names; got {gates!r}")
+    return [{"gate": gate, "phase": phase, "verdict": "not-qualified",
+             "reason": f"not qualified: {not_qualified[gate]}", "inputs": {}, "observed": {}, "expected": None}
+            for gate in gates if gate in not_qualified]
+
+
+def failed_gate_message(record):
+    """How a failed gate is named in a run's failure: the gate, its phase, the reason and what it saw."""
+    return (f"gate {record['gate']} failed ({record['phase']}): {record['reason']}; "
+            f"observed {(record.get('observed') or {}).get('content')}")

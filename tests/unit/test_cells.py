@@ -186,21 +186,14 @@ def test_an_arms_cell_size_summary_and_go_on_reasons():
                                   "NRestarts": 1}).startswith("the candidate engine restarted during the cells")
 
 
-def test_the_go_on_filters_give_the_actions_reasons_and_refuse_what_is_not_a_result():
-    from ansible.errors import AnsibleFilterError
-    from arm_filters import engine_changed, lock_lost
-
+def test_the_go_on_checks_give_the_actions_reasons():
     assert lock_lost({"held": True}) is None
     assert lock_lost({"held": False}) == "the lock was taken over by nobody (it was removed) (run none); " \
         "this run stops measuring"
     ready = {"MainPID": 41, "InvocationID": "abc", "NRestarts": 0}
-    assert engine_changed(dict(ready, ActiveState="active"), ready) is None
-    exited = engine_changed(dict(ready, ActiveState="failed", MainPID=0), ready, "last cell")
+    assert engine_changed(ready, dict(ready, ActiveState="active")) is None
+    exited = engine_changed(ready, dict(ready, ActiveState="failed", MainPID=0), "last cell")
     assert exited.startswith("the candidate engine exited during the last cell: ActiveState failed, MainPID 41 -> 0")
-    with pytest.raises(AnsibleFilterError, match="lock_lost needs a rollout_lock result, got None"):
-        lock_lost(None)
-    with pytest.raises(AnsibleFilterError, match="engine_changed needs systemd's status"):
-        engine_changed("active", ready)
 
 
 # ---- the endurance cell's verdict (module_utils/arm.py endurance_judgement) -----------------------
@@ -241,3 +234,22 @@ def test_too_short_an_endurance_cell_has_no_drift_to_judge():
 def test_a_bad_endurance_cell_is_named():
     with pytest.raises(ValueError, match="needs a merged cell, got None"):
         arm.endurance_judgement(None, 4, 0.1, 10)
+
+
+# ---- the endurance cell's failure: its verdict first, then the journal read after it ----------------
+
+def test_the_endurance_verdict_comes_before_the_journal():
+    hang = arm.endurance_judgement(endurance_cell([[0.1] * 4] * 2, errors=[(6, "timed out")]), 600, 0.1, 120)
+    crash = {"crashed": True, "cause": "CUDA error: an illegal memory access was encountered", "errors": ["x"]}
+    assert arm.endurance_failure(hang, crash) == hang["reason"]
+
+
+def test_a_crash_or_a_new_error_line_under_load_fails_a_steady_endurance_cell():
+    steady = arm.endurance_judgement(endurance_cell([[0.1, 0.11]] * 9), 30, 0.1, 120)
+    assert arm.endurance_failure(steady, {"crashed": False, "errors": []}) is None
+    crash = {"crashed": True, "cause": "CUDA error: an illegal memory access was encountered", "errors": []}
+    assert arm.endurance_failure(steady, crash) == "endurance: CUDA error: an illegal memory access was encountered"
+    errors = {"crashed": False, "errors": ["NCCL WARN Cuda failure 'out of memory'", "RuntimeError: NCCL error"]}
+    assert arm.endurance_failure(steady, errors) == (
+        "endurance: error lines new in the journal under load: NCCL WARN Cuda failure 'out of memory' | "
+        "RuntimeError: NCCL error")

@@ -125,3 +125,116 @@ def test_the_candidate_start_keeps_only_the_identity_and_compares_a_container():
     assert result["identity"] == {"MainPID": "77", "InvocationID": "abc", "NRestarts": "0"}
     assert "secret" not in str(result) and result["container_compared"] is True
     assert calls[4][1]["name"] == "sglang-candidate" and calls[4][1]["compare_with"] == {"env": {}}
+
+
+# ---- candidate_gates: every gate runs, the first failure is named, not-qualified gates never run -------------
+
+GATE_ARGS = {"base_url": "http://127.0.0.1:30000", "gates": ["smoke", "json", "needle"], "model": "default",
+             "timeout_s": 120, "env_files": ["/etc/sglang/sglang.env"], "api_key_var": "SGLANG_API_KEY"}
+
+
+def gate_record(gate, phase, verdict="pass", reason="ok", content="Paris"):
+    return {"record": {"gate": gate, "phase": phase, "verdict": verdict, "reason": reason,
+                       "observed": {"content": content}}}
+
+
+def test_every_candidate_gate_runs_after_one_fails_and_the_first_failure_is_named():
+    action, calls = scripted("candidate_gates", {**GATE_ARGS, "router_url": "http://127.0.0.1:8080"}, {
+        "engine_gate": [gate_record("smoke", "candidate"),
+                        gate_record("json", "candidate", "fail", "HTTP 500", None),
+                        gate_record("needle", "candidate", "fail", "needle not recalled", "no idea"),
+                        gate_record("smoke", "candidate-routed"), gate_record("json", "candidate-routed")]})
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert [(args["gate"], args["base_url"], args["phase"]) for _, args in calls] == [
+        ("smoke", "http://127.0.0.1:30000", "candidate"), ("json", "http://127.0.0.1:30000", "candidate"),
+        ("needle", "http://127.0.0.1:30000", "candidate"), ("smoke", "http://127.0.0.1:8080", "candidate-routed"),
+        ("json", "http://127.0.0.1:8080", "candidate-routed")]
+    assert result["failed"] and result["msg"] == "gate json failed (candidate): HTTP 500; observed None"
+    assert [(r["gate"], r["verdict"]) for r in result["records"]] == [
+        ("smoke", "pass"), ("json", "fail"), ("needle", "fail"), ("smoke", "pass"), ("json", "pass")]
+    assert all(args["api_key_var"] == "SGLANG_API_KEY" and "api_key" not in args for _, args in calls)
+
+
+def test_a_not_qualified_gate_is_a_record_and_never_runs():
+    action, calls = scripted("candidate_gates", {**GATE_ARGS, "not_qualified": {"needle": "random weights"}},
+                             {"engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate")]})
+    result = action.run(task_vars={})
+    assert not result.get("failed"), result
+    assert [args["gate"] for _, args in calls] == ["smoke", "json"]
+    assert result["records"][-1] == {"gate": "needle", "phase": "candidate", "verdict": "not-qualified",
+                                     "reason": "not qualified: random weights", "inputs": {}, "observed": {},
+                                     "expected": None}
+
+
+def test_a_not_qualified_gate_without_a_reason_is_refused_before_any_gate_runs():
+    action, calls = scripted("candidate_gates", {**GATE_ARGS, "not_qualified": {"needle": " "}}, {})
+    result = action.run(task_vars={})
+    assert result["failed"] and "not_qualified must map each gate to the reason" in result["msg"]
+    assert "'needle': ' '" in result["msg"] and calls == []
+
+
+# ---- snapshot_renew: refused while a candidate is loaded or running, before anything is written --------------
+
+RENEW_ARGS = {"unit": "sglang.service", "candidate_unit": "sglang-candidate.service",
+              "dest": "/var/lib/serving-rollout/sglang.service"}
+
+
+def test_renew_is_refused_while_a_candidate_is_loaded_and_writes_nothing():
+    action, calls = scripted("snapshot_renew", RENEW_ARGS, {"ansible.builtin.systemd_service": {
+        "status": {"LoadState": "loaded", "ActiveState": "active"}}})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"] == (
+        "sglang-candidate.service is loaded/active: run rollback.yml first, then renew")
+    assert [name for name, _ in calls] == ["ansible.builtin.systemd_service"] and not result["changed"]
+
+
+def test_renew_adopts_the_current_original_and_returns_both_versions():
+    files = [{"path": "/etc/systemd/system/sglang.service", "kind": "unit"}]
+    action, calls = scripted("snapshot_renew", RENEW_ARGS, {
+        "ansible.builtin.systemd_service": {"status": {"LoadState": "not-found", "ActiveState": "inactive"}},
+        "serving_recipe": {"files": files, "unit": {"UnitFileState": "enabled", "ActiveState": "active"}},
+        "serving_snapshot": {"changed": True, "manifest": {"files": files, "taken_at": "2026-12-04T17:00:00Z"},
+                             "both_versions": ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]}})
+    result = action.run(task_vars={})
+    assert not result.get("failed") and result["changed"], result
+    assert calls[2] == ("serving_snapshot", {"unit": "sglang.service", "files": files, "replace": True,
+                                             "state": {"UnitFileState": "enabled", "ActiveState": "active"},
+                                             "dest": "/var/lib/serving-rollout/sglang.service"})
+    assert result["both_versions"] == ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]
+
+
+def test_a_refused_snapshot_names_its_step():
+    action, _ = scripted("snapshot_renew", RENEW_ARGS, {
+        "ansible.builtin.systemd_service": {"status": {"LoadState": "not-found", "ActiveState": "inactive"}},
+        "serving_recipe": {"failed": True,
+                           "msg": "serving unit 'sglang.service' not found on this host (no FragmentPath)"}})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"] == (
+        "read the current sglang.service: serving unit 'sglang.service' not found on this host (no FragmentPath)")
+
+
+# ---- latency_arm's endurance cell: judged with the candidate's journal read after it ---------------------------
+
+ENDURANCE_ARGS = {"arm": "candidate", "cell": {"name": "endurance", "prompt_tokens": 256}, "requests": 4, "chunk": 2,
+                  "bracket": 2, "sequential": False, "duration_s": 1e-6, "lock_path": "/run/l", "lock_token": "t",
+                  "candidate_unit": "sglang-candidate.service", "base_url": "http://127.0.0.1:30000",
+                  "timeout_s": 5, "engine": "sglang", "drift_limit": 0.1,
+                  "candidate_identity": {"MainPID": "41", "InvocationID": "abc", "NRestarts": "0"}}
+
+
+def endurance_chunk():
+    return {"cell": {"name": "endurance", "arm": "candidate", "failures": 0, "elapsed_s": 0.2, "requests": [
+        {"index": i, "e2e_s": 0.1, "ttft_s": 0.02, "prompt_tokens": 256, "error": None} for i in range(2)]}}
+
+
+def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verdict():
+    running = {"status": {"ActiveState": "active", "MainPID": "41", "InvocationID": "abc", "NRestarts": "0"}}
+    action, calls = scripted("latency_arm", ENDURANCE_ARGS, {
+        "rollout_lock": {"held": True}, "ansible.builtin.systemd_service": running,
+        "latency_cell": [endurance_chunk()],
+        "journal_scan": {"scan": {"crashed": True, "cause": "CUDA error: an illegal memory access", "errors": []}}})
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert result["failed"] and result["msg"] == "endurance: CUDA error: an illegal memory access", result
+    assert result["verdict"]["ok"] and result["verdict"]["requests"] == 2 and result["scan"]["crashed"]
+    assert calls[-1] == ("journal_scan", {"unit": "sglang-candidate.service", "engine": "sglang", "known_noise": [],
+                                          "extra_error_patterns": [], "env_files": []})

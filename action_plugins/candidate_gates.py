@@ -1,0 +1,45 @@
+"""Action plugin: the candidate's correctness gates, from the controller. Each gate runs on the host as its own
+module (engine_gate, where the API key stays), in order: every gate of `gates` not named in `not_qualified`,
+then, with a `router_url`, the smoke and JSON gates through the router. Every gate runs even after one fails,
+so the evidence shows them all; the action then fails naming the first that failed. Gates that cannot be
+meaningful on the host's model are records with verdict not-qualified (never run, never passed).
+Documentation: library/candidate_gates.py."""
+
+from ansible.errors import AnsibleActionFail
+
+from serving_rollout.host_steps import StepsAction
+from serving_rollout.module_utils.gates import failed_gate_message, not_qualified_records
+
+# The gates that also go through the router: what a client behind it meets first.
+ROUTED = ("smoke", "json")
+
+
+class ActionModule(StepsAction):
+    REQUIRED = ("base_url", "gates", "model", "timeout_s")
+    OPTIONAL = ("not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth", "contract_words")
+    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
+
+    def initial(self):
+        return {"changed": False, "records": []}
+
+    def steps(self, args, steps, done):
+        not_qualified = args.get("not_qualified") or {}
+        try:
+            skipped = not_qualified_records(not_qualified, list(args["gates"]), "candidate")
+        except ValueError as exc:
+            raise AnsibleActionFail(f"candidate_gates: {exc}") from exc
+        common = {"model": args["model"], "env_files": args.get("env_files") or [], "timeout_s": args["timeout_s"],
+                  **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {})}
+        sized = {key: args[key] for key in ("target_tokens", "depth", "contract_words") if args.get(key) is not None}
+        runs = [(gate, args["base_url"], "candidate", sized) for gate in args["gates"] if gate not in not_qualified]
+        runs += [(gate, args["router_url"], "candidate-routed", {}) for gate in ROUTED if args.get("router_url")]
+        for gate, url, phase, extra in runs:
+            record = steps.module(f"gate {gate} ({phase})", "engine_gate", base_url=url, gate=gate, phase=phase,
+                                  **common, **extra)["record"]
+            done["records"].append(record)
+            steps.say(f"gate {gate} ({phase}): {record['verdict']}"
+                      f"{'' if record['verdict'] == 'pass' else ' - ' + str(record.get('reason'))}")
+        done["records"] += skipped
+        failed = [record for record in done["records"] if record["verdict"] not in ("pass", "not-qualified")]
+        if failed:
+            raise AnsibleActionFail(failed_gate_message(failed[0]))

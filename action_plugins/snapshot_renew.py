@@ -1,0 +1,38 @@
+"""Action plugin: adopt the current original as the restore recipe - the explicit, human step after an intended
+change to it (a key rotation, an operator's edit). Each step runs on the host as its own module, in order; the
+first that fails ends it with its step and message.
+
+1. the candidate unit's state (systemd): refused while a candidate is loaded or running (rollback.yml first);
+2. the current original (serving_recipe: its unit, drop-ins and EnvironmentFiles);
+3. a new verified copy of them replacing the snapshot (serving_snapshot replace), both versions kept (values off
+   the allow-list redacted).
+Documentation: library/snapshot_renew.py."""
+
+from ansible.errors import AnsibleActionFail
+
+from serving_rollout.host_steps import StepsAction
+
+# A candidate unit in these states is gone: nothing of a run is left to restore over.
+CANDIDATE_GONE = ("inactive", "failed")
+
+
+class ActionModule(StepsAction):
+    REQUIRED = ("unit", "candidate_unit", "dest")
+    _VALID_ARGS = frozenset(REQUIRED)
+
+    def initial(self):
+        return {"changed": False, "manifest": None, "both_versions": []}
+
+    def steps(self, args, steps, done):
+        candidate = args["candidate_unit"]
+        status = steps.module(f"read {candidate}", "ansible.builtin.systemd_service", name=candidate)
+        status = status.get("status") or {}
+        load, active = status.get("LoadState", "not-found"), status.get("ActiveState", "inactive")
+        if load == "loaded" or active not in CANDIDATE_GONE:
+            raise AnsibleActionFail(f"{candidate} is {load}/{active}: run rollback.yml first, then renew")
+        current = steps.module(f"read the current {args['unit']}", "serving_recipe", unit=args["unit"],
+                               require_digest=False)
+        renewed = steps.module("adopt it as the restore recipe (a new verified copy)", "serving_snapshot",
+                               unit=args["unit"], files=current["files"], state=current["unit"], dest=args["dest"],
+                               replace=True)
+        done.update(manifest=renewed.get("manifest"), both_versions=renewed.get("both_versions") or [])

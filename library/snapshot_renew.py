@@ -1,0 +1,48 @@
+#!/usr/bin/python
+"""Documentation of the snapshot_renew action (action_plugins/snapshot_renew.py runs it on the controller)."""
+
+DOCUMENTATION = r"""
+---
+module: snapshot_renew
+short_description: Adopt the current original unit and its files as the restore recipe
+description:
+  - The explicit, human step after an intended change to the original (a key rotation in its EnvironmentFile, an
+    operator's edit) - never part of a rollout.
+  - Runs on the controller (an action plugin) and runs each step on the host as its own module, in order; the
+    first that fails ends it with its step and message.
+  - Refuses while C(candidate_unit) is loaded or running (run rollback.yml first), before anything changes.
+  - Reads the current original (serving_recipe) and replaces the snapshot in C(dest) with a new verified copy of
+    its unit, drop-ins and EnvironmentFiles (serving_snapshot with replace).
+  - Changes the host - it writes the new snapshot (copies, sha256 checked, and manifest.json) in C(dest); under
+    check mode it writes nothing.
+options:
+  unit: {description: The original serving unit., type: str, required: true}
+  candidate_unit: {description: "The candidate's unit (must be neither loaded nor running).", type: str, required: true}
+  dest: {description: The snapshot folder on the host., type: path, required: true}
+author: serving-rollout
+"""
+
+EXAMPLES = r"""
+- name: Adopt the current original as the restore recipe
+  snapshot_renew:
+    unit: sglang.service
+    candidate_unit: sglang-candidate.service
+    dest: /var/lib/serving-rollout/sglang.service
+  register: rollout_renewed
+"""
+
+RETURN = r"""
+manifest:
+  description: The new snapshot manifest (unit, state, files with sha256, taken_at, replaced).
+  type: dict
+  returned: success
+both_versions:
+  description: "Each changed file's both versions (a unit's diff, an EnvironmentFile's changed variable names; values
+    redacted); empty when the snapshot already matched."
+  type: list
+  elements: str
+  returned: always
+"""
+
+if __name__ == "__main__":
+    raise SystemExit("snapshot_renew runs on the controller as an action plugin (action_plugins/snapshot_renew.py)")
