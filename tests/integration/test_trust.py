@@ -159,6 +159,43 @@ def test_renew_is_refused_while_a_candidate_runs(lab_baseline):
     assert_restored(*lab_baseline)
 
 
+def test_renew_is_refused_while_a_candidate_unit_is_loaded_and_changes_nothing(lab_baseline):
+    """No run holds the lock, but a candidate unit is installed (loaded, not running): renew refuses by name
+    before it reads or writes anything, and releases its lock."""
+    assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0  # a snapshot to keep
+    manifest = lab("sha256sum", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout
+    lab("sh", "-c", f"printf '[Service]\\nExecStart=/bin/sleep infinity\\n' > {CANDIDATE} && systemctl daemon-reload")
+    try:
+        refused = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", refused.stdout)
+        assert refused.returncode != 0, text[-3000:]
+        assert "sglang-candidate.service is loaded/inactive: run rollback.yml first, then renew" in text, text[-3000:]
+        assert lab("sha256sum", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout == manifest
+        assert lab("test", "-e", LOCK, check=False).returncode == 1
+        assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    finally:
+        lab("sh", "-c", f"rm -f {CANDIDATE} && systemctl daemon-reload")
+
+
+def test_rollback_with_a_malformed_snapshot_manifest_fails_naming_it_and_changes_nothing(lab_baseline):
+    """A snapshot whose manifest is not JSON (a disk fault, a hand edit): rollback.yml names the file and
+    stops before it stops or starts anything; its lock is released."""
+    manifest = "/var/lib/serving-rollout/sglang.service/manifest.json"
+    assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0
+    saved = lab("cat", manifest).stdout
+    lab("sh", "-c", f"printf '{{\"unit\": \"sglang.service\", \"files\": [' > {manifest}")
+    try:
+        failed = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", failed.stdout)
+        assert failed.returncode != 0, text[-3000:]
+        assert f"cannot read the snapshot {manifest}: " in text, text[-3000:]
+        assert show()["InvocationID"] == lab_baseline[0] and show()["ActiveState"] == "active"
+        assert files_hash() == lab_baseline[1] and lab("test", "-e", LOCK, check=False).returncode == 1
+    finally:
+        subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c", f"cat > {manifest}"], input=saved, text=True,
+                       check=True)
+
+
 @pytest.fixture
 def small_disk():
     """A tmpfs for the evidence folder, of a given size or read-only (root on the controller)."""
