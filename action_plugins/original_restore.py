@@ -2,9 +2,12 @@
 runs on the host as its own module, in order; the first that fails ends the put-back with its step and
 message, and what was done until then is returned all the same (the evidence names ended processes).
 
-1. the host-side watchdog stops (this restore owns the host now);
-2. the candidate's and the original's systemd state are read; the phase 'restoring' is recorded when
-   anything is left to put back (a candidate loaded or running, an original not active or restarted);
+1. the candidate's and the original's systemd state are read;
+2. when anything is left to put back (a candidate loaded or running, an original not active or restarted),
+   the duty stays covered while this restore runs: the lease is renewed for the whole restore (lease_s) and
+   the host-side watchdog (re)started for this holder, so if the controller dies mid-restore the watchdog
+   finishes it; then the phase 'restoring' is recorded - a record that cannot be written (a full disk) is
+   said and never stops the restore;
 3. an original that restarted on its own is stopped and its failure state reset (NRestarts counts from
    the restore);
 4. the candidate is stopped within the tool's deadline (loaded or orphaned), its container removed;
@@ -12,15 +15,19 @@ message, and what was done until then is returned all the same (the evidence nam
 6. the original's files are checked against the snapshot - a changed original is never overwritten and
    never started;
 7. the original starts and its health endpoint answers within the deadline;
-8. the candidate unit, its drop-ins and copies go, and the phase 'restored' is recorded.
+8. the candidate unit, its drop-ins and copies go, the phase 'restored' is recorded (said, never fatal), and
+   the watchdog stops: the original serves again.
 The proof that follows is restored_proof's. Documentation: library/original_restore.py."""
+
+from ansible.errors import AnsibleActionFail
 
 from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 from serving_rollout.module_utils.put_back import left_to_put_back
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "stop_timeout_s",
+    REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "lock_path", "lock_token",
+                "lease_s", "stop_timeout_s",
                 "gpu_free_timeout_s", "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s",
                 "boot_stall_s")
     OPTIONAL = ("runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
@@ -31,15 +38,42 @@ class ActionModule(StepsAction):
 
     @staticmethod
     def phase(steps, args, phase):
-        result = steps.module(f"record the phase {phase}", "rollout_phase", state_dir=args["state_dir"],
-                              unit=args["unit"], candidate_unit=args["candidate_unit"], phase=phase,
-                              run_id=args["run_id"])
+        """Record the phase; a record that cannot be written is said, and the restore goes on."""
+        try:
+            result = steps.module(f"record the phase {phase}", "rollout_phase", state_dir=args["state_dir"],
+                                  unit=args["unit"], candidate_unit=args["candidate_unit"], phase=phase,
+                                  run_id=args["run_id"])
+        except AnsibleActionFail as exc:
+            steps.say(f"{exc.message} (the restore goes on without it)")
+            return
         steps.done["ansible_facts"] = result.get("ansible_facts") or {}  # the CLI and interrupted callback read it
+
+    @staticmethod
+    def cover(steps, args):
+        """The watchdog holds the duty with this restore: the lease renewed, the watchdog (re)started. A lease or
+        script that cannot be written (a full disk) never stops the restore: it is said, and the restore goes on
+        (without a renewed lease the watchdog is stopped, so it never acts beside this restore)."""
+        watchdog = {"watchdog_unit": args["watchdog_unit"], "unit": args["unit"]}
+        try:
+            lease = steps.module("renew the lease for the restore", "rollout_lock", path=args["lock_path"],
+                                 token=args["lock_token"], state="held", lease_s=int(args["lease_s"]))
+        except AnsibleActionFail as exc:
+            steps.say(f"{exc.message}; this restore holds the duty alone (the watchdog is stopped)")
+            steps.module("stop the host-side watchdog", "rollout_watchdog", state="stopped", **watchdog)
+            return
+        if not lease.get("held"):
+            raise AnsibleActionFail(f"the lock {args['lock_path']} is no longer "
+                                    f"this run's (now {lease.get('lock') or 'none'}): nothing was put back")
+        try:
+            steps.module("start the host-side watchdog for this restore", "rollout_watchdog", **watchdog,
+                         candidate_unit=args["candidate_unit"], state_dir=args["state_dir"], run_id=args["run_id"],
+                         lock_path=args["lock_path"], stop_timeout_s=args["stop_timeout_s"],
+                         snapshot_files=args["snapshot_files"])
+        except AnsibleActionFail as exc:
+            steps.say(f"{exc.message}; the restore goes on (a watchdog already running keeps its duty)")
 
     def steps(self, args, steps, done):
         unit, candidate_unit = args["unit"], args["candidate_unit"]
-        steps.module("stop the host-side watchdog", "rollout_watchdog", state="stopped",
-                     watchdog_unit=args["watchdog_unit"], unit=unit)
         candidate = steps.module(f"read {candidate_unit}", "ansible.builtin.systemd_service",
                                  name=candidate_unit).get("status") or {}
         original = steps.module(f"read {unit}", "ansible.builtin.systemd_service", name=unit).get("status") or {}
@@ -48,7 +82,15 @@ class ActionModule(StepsAction):
         # Nothing left to put back (the original serves cleanly, no candidate): a second rollback changes
         # nothing; the checks below still run.
         if anything:
+            self.cover(steps, args)
             self.phase(steps, args, "restoring")
+        self.put_back(args, steps, done, present, restarted, original)
+        self.phase(steps, args, "restored")
+        steps.module("stop the host-side watchdog (the original serves again)", "rollout_watchdog",
+                     state="stopped", watchdog_unit=args["watchdog_unit"], unit=unit)
+
+    def put_back(self, args, steps, done, present, restarted, original):
+        unit, candidate_unit = args["unit"], args["candidate_unit"]
         if restarted:
             steps.module(f"stop {unit}, which restarted on its own", "engine_stop", unit=unit,
                          deadline_s=args["stop_timeout_s"])
@@ -80,4 +122,3 @@ class ActionModule(StepsAction):
                      stall_s=args["boot_stall_s"], env_files=args.get("env_files") or [])
         steps.module("remove the candidate unit, its drop-ins and copies", "candidate_remove",
                      candidate_unit=candidate_unit, unit=unit, state_dir=args["state_dir"])
-        self.phase(steps, args, "restored")

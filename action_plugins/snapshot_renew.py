@@ -11,9 +11,7 @@ Documentation: library/snapshot_renew.py."""
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout.host_steps import StepsAction
-
-# A candidate unit in these states is gone: nothing of a run is left to restore over.
-CANDIDATE_GONE = ("inactive", "failed")
+from serving_rollout.module_utils.put_back import candidate_present
 
 
 class ActionModule(StepsAction):
@@ -27,9 +25,9 @@ class ActionModule(StepsAction):
         candidate = args["candidate_unit"]
         status = steps.module(f"read {candidate}", "ansible.builtin.systemd_service", name=candidate)
         status = status.get("status") or {}
-        load, active = status.get("LoadState", "not-found"), status.get("ActiveState", "inactive")
-        if load == "loaded" or active not in CANDIDATE_GONE:
-            raise AnsibleActionFail(f"{candidate} is {load}/{active}: run rollback.yml first, then renew")
+        if candidate_present(status):  # the same test a restore makes (module_utils/put_back.py)
+            raise AnsibleActionFail(f"{candidate} is {status.get('LoadState', 'not-found')}/"
+                                    f"{status.get('ActiveState', 'inactive')}: run rollback.yml first, then renew")
         current = steps.module(f"read the current {args['unit']}", "serving_recipe", unit=args["unit"],
                                require_digest=False)
         renewed = steps.module("adopt it as the restore recipe (a new verified copy)", "serving_snapshot",

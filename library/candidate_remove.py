@@ -55,15 +55,7 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def candidate_paths(candidate_unit, unit, state_dir):
-    """(unit paths systemd reads, the candidate's own copies): all a candidate leaves on a host."""
-    name = candidate_unit[:-len(".service")] if candidate_unit.endswith(".service") else candidate_unit
-    quadlet = f"/etc/containers/systemd/{name}.container"
-    units = [f"/etc/systemd/system/{candidate_unit}", f"/etc/systemd/system/{candidate_unit}.d",
-             quadlet, f"{quadlet}.d"]
-    return units, [os.path.join(state_dir, unit, "candidate-env")]
+from ansible.module_utils.put_back import candidate_paths
 
 
 def remove(path):

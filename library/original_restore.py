@@ -8,10 +8,13 @@ short_description: Put the original unit back from whatever state a run left the
 description:
   - Runs on the controller (an action plugin) and runs each step on the host as its own module, in order; the
     first that fails ends the put-back with its step and message, and what was done until then is returned.
-  - Stops the host-side watchdog (rollout_watchdog), so this restore owns the host.
   - Reads both units (systemd_service). When a candidate is loaded or still running (a candidate whose unit file
     was deleted while it ran is not-found but active), or the original is not active or restarted on its own,
-    records the phase C(restoring) (rollout_phase); otherwise the steps below change nothing.
+    renews the lease for the whole restore (rollout_lock, C(lease_s)) and (re)starts the host-side watchdog for
+    this holder (rollout_watchdog), so a controller that dies mid-restore leaves the duty to the watchdog; then
+    records the phase C(restoring) (rollout_phase). Otherwise the steps below change nothing.
+  - A lease, watchdog or phase record that cannot be written (a full disk) is said and never stops the restore;
+    without a renewed lease the watchdog is stopped, so it never acts beside this restore.
   - An original that restarted on its own (NRestarts not 0) is stopped (engine_stop) and its failure state reset
     (C(systemctl reset-failed)), so it starts clean and NRestarts counts from the restore.
   - Stops the candidate within C(stop_timeout_s) (engine_stop; SIGKILL of its processes when it ignores SIGTERM)
@@ -21,7 +24,8 @@ description:
   - Checks the original's files against the snapshot (serving_snapshot); a changed original fails here, before
     anything is started or overwritten, with both versions in the result.
   - Starts the original (systemd_service) and waits for its health endpoint (engine_ready).
-  - Removes the candidate unit, its drop-ins and copies (candidate_remove) and records the phase C(restored).
+  - Removes the candidate unit, its drop-ins and copies (candidate_remove), records the phase C(restored) and
+    stops the watchdog (the original serves again).
   - Changes the host - it stops and starts units, ends processes, removes the candidate's files and writes the
     phase; under check mode each step runs in check mode and nothing is stopped, started or written.
   - The proof that the original is back is restored_proof's, not this action's.
@@ -31,6 +35,9 @@ options:
   watchdog_unit: {description: The host-side watchdog's unit., type: str, required: true}
   state_dir: {description: "The tool's state folder on the host (snapshot, phase, lock).", type: path, required: true}
   run_id: {description: The run the phases are recorded for., type: str, required: true}
+  lock_path: {description: The rollout lock this restore holds (its lease beside it)., type: path, required: true}
+  lock_token: {description: This holder's lock token., type: str, required: true}
+  lease_s: {description: "The lease for the whole restore (the stop, free GPUs, the start), in seconds.", type: int, required: true}
   stop_timeout_s: {description: The deadline of each stop in seconds., type: float, required: true}
   runtime: {description: "The original's runtime (process, docker, podman).", type: str, default: process}
   container: {description: The original's container name (empty - none)., type: str, default: ""}
@@ -55,6 +62,9 @@ EXAMPLES = r"""
     watchdog_unit: serving-rollout-watchdog-sglang.service
     state_dir: /var/lib/serving-rollout
     run_id: "{{ run_id }}"
+    lock_path: /var/lib/serving-rollout/sglang.service.lock
+    lock_token: "{{ rollout_lock_token }}"
+    lease_s: 1500
     stop_timeout_s: 120
     gpu_process_pattern: "sglang|vllm"
     gpu_free_timeout_s: 120

@@ -66,7 +66,10 @@ options:
       that a refused run and rollback.yml can tell whether the holder is still alive.
     type: dict
   lease_s:
-    description: With state=held, renew the lease for this many seconds when the lock is held.
+    description: >-
+      With state=held, renew the lease for this many seconds when the lock is held. Taking a lock over
+      (steal, stale), the lease is renewed for this many seconds before the lock changes hands, so the host's
+      watchdog keeps its duty for the new holder.
     type: int
   candidate_unit:
     description: Taking over a stale lock, the candidate unit whose running refuses the take-over.
@@ -175,13 +178,38 @@ def write_whole(path, lock):
 
 
 def renew_lease(path, seconds):
-    """The lease the watchdog reads: its content the seconds it holds, its mtime the renewal."""
+    """The lease the watchdog reads: its content the seconds it holds, its mtime the renewal. Written whole or
+    not at all: a failed write (a full disk) leaves no temporary file and the previous lease as it was."""
     lease = lease_path(path)
     tmp = f"{lease}.{os.getpid()}.tmp"
-    with open(tmp, "w") as handle:
-        handle.write(f"{int(seconds)}\n")
-    os.replace(tmp, lease)
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(f"{int(seconds)}\n")
+        os.replace(tmp, lease)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     return lease
+
+
+def take_over(path, lock, lease_s):
+    """Replace another holder's lock with this one in one rename, its lease renewed first: a watchdog that
+    follows the lock never sees it missing nor a new holder with a lapsed lease. None, or the error to name."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        if lease_s:
+            renew_lease(path, lease_s)
+        with open(tmp, "w") as handle:
+            json.dump(lock, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        return None
+    except OSError as exc:
+        return f"cannot write the lock {path}: {exc.strerror} ({free_space(os.path.dirname(path))})"
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def boot_mark():
@@ -290,9 +318,7 @@ def main():
     if free_mib(folder) < p["min_free_mib"]:
         module.fail_json(msg=f"cannot take the lock: the state folder {folder} has {free_mib(folder):.1f} MiB free, "
                              f"under the {p['min_free_mib']:g} MiB a run needs; nothing was written")
-    if current:
-        os.remove(p["path"])
-    problem = write_whole(p["path"], lock)
+    problem = take_over(p["path"], lock, p["lease_s"]) if current else write_whole(p["path"], lock)
     if problem == "exists":
         holder = read_lock(p["path"]) or {}
         module.fail_json(msg=f"another rollout took {p['path']} first: {describe(holder, p['state_file'])}",

@@ -4,15 +4,22 @@
 DOCUMENTATION = r"""
 ---
 module: rollout_watchdog
-short_description: Start or stop the host-side watchdog that restores the original when the controller is gone
+short_description: Start or stop the host-side watchdog that restores the original when its lock's holder is gone
 description:
-  - C(state=started) writes the watchdog's script (module_utils/watchdog.py) to C(state_dir)/C(unit)/watchdog.sh
-    (mode 0700, whole or not at all), stops a watchdog an earlier run left under C(watchdog_unit), and starts the
-    script as that transient unit (systemd-run --collect). The script waits while the lease beside C(lock_path)
-    is renewed, exits when the lock is no longer C(token)'s, and restores the original itself when the lease runs out.
+  - C(state=started) writes the watchdog (module_utils/watchdog.py, with the unit_stop and put_back code it runs)
+    to C(state_dir)/C(unit)/watchdog.py and its settings as JSON to watchdog.json beside it (mode 0700 and 0600,
+    each whole or not at all), stops a watchdog an earlier holder left under C(watchdog_unit), and starts the script
+    with this host's Python as that transient unit (systemd-run --collect). No value reaches a shell or source
+    code, every one is in the JSON.
+  - The watchdog follows the lock, not one run - a rollback that takes the lock over renews its lease, so the
+    watchdog keeps the duty for it. It exits when the lock or its lease is gone (the holder released it), and
+    when the lease runs out restores the original itself, as a restore does (the candidate stopped within
+    C(stop_timeout_s), then SIGKILLed; the original started as it is now, never overwritten; the candidate unit
+    removed; the phase restored recorded; the lock released once the original is active).
   - A folder where the script goes is refused before anything is written or started (the original is never
     stopped without a watchdog that can restore it).
-  - C(state=stopped) stops the watchdog when it runs (a restore by the controller owns the host).
+  - C(state=stopped) stops the watchdog when it runs (the original serves again, or a holder stops the candidate
+    itself).
   - changed=true when it starts the watchdog, or stops one that ran. In check mode it reports what it would do
     and changes nothing.
 options:
@@ -36,15 +43,20 @@ options:
     description: The tool's state folder on the host (the unit's folder under it must exist). Required with state=started.
     type: path
   run_id:
-    description: This run's id (named in the watchdog's record). Required with state=started.
+    description: The id of the run or rollback that starts it (names the watchdog's record). Required with state=started.
     type: str
-  token:
-    description: This run's lock token; the watchdog exits once the lock holds another. Required with state=started.
-    type: str
-    no_log: true
   lock_path:
     description: The rollout lock (its lease beside it). Required with state=started.
     type: path
+  stop_timeout_s:
+    description: The candidate's stop deadline before its processes are killed (the restore's own).
+    type: float
+    default: 180
+  snapshot_files:
+    description: The snapshot manifest's files (path, sha256); an original that differs is started as it is and named.
+    type: list
+    elements: dict
+    default: []
 author: serving-rollout
 """
 
@@ -56,8 +68,9 @@ EXAMPLES = r"""
     candidate_unit: sglang-candidate.service
     state_dir: /var/lib/serving-rollout
     run_id: "{{ run_id }}"
-    token: "{{ rollout_lock_token }}"
     lock_path: /var/lib/serving-rollout/sglang.service.lock
+    stop_timeout_s: 180
+    snapshot_files: "{{ rollout_snapshot_manifest.files }}"
 
 - name: Stop it (a restore owns the host now)
   rollout_watchdog:
@@ -71,32 +84,39 @@ script:
   description: The watchdog's script on the host (state=started).
   type: str
   returned: when state is started
+  sample: /var/lib/serving-rollout/sglang.service/watchdog.py
 lease:
   description: The lease file the watchdog reads (state=started).
   type: str
   returned: when state is started
+  sample: /var/lib/serving-rollout/sglang.service.lock.lease
 was:
   description: The watchdog unit's ActiveState before the call.
   type: str
   returned: always
+  sample: inactive
 """
 
+import inspect
+import json
 import os
+import sys
 
+from ansible.module_utils import put_back, unit_stop, watchdog
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.unit_stop import active_state, stop_if_running
-from ansible.module_utils.watchdog import lease_path, script
 
 
 def run(module, argv):
     rc, out, err = module.run_command(argv)
     if rc != 0:
-        module.fail_json(msg=f"{' '.join(argv[:3])} failed (rc {rc}): {(err or out).strip()}")
+        module.fail_json(msg=f"{' '.join(argv[:3])} failed (rc {rc}): {(err or out).strip()}", rc=rc, stdout=out,
+                         stderr=err)
 
 
 def stop(module, unit, result):
-    """Stop the watchdog; one that ended on its own meanwhile (a lock taken over, a lapsed lease) is stopped as
+    """Stop the watchdog; one that ended on its own meanwhile (a lock released, a lapsed lease) is stopped as
     asked (unit_stop.stop_if_running)."""
     problem = stop_if_running(module.run_command, unit)
     if problem:
@@ -111,9 +131,10 @@ def main():
         "candidate_unit": {"type": "str"},
         "state_dir": {"type": "path"},
         "run_id": {"type": "str"},
-        "token": {"type": "str", "no_log": True},
-        "lock_path": {"type": "path"}},
-        required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "token", "lock_path"])],
+        "lock_path": {"type": "path"},
+        "stop_timeout_s": {"type": "float", "default": 180},
+        "snapshot_files": {"type": "list", "elements": "dict", "default": []}},
+        required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "lock_path"])],
         supports_check_mode=True)
     p = module.params
     was = active_state(module.run_command, p["watchdog_unit"]) or "inactive"
@@ -123,22 +144,26 @@ def main():
         if running and not module.check_mode:
             stop(module, p["watchdog_unit"], result)
         module.exit_json(changed=running, **result)
-    path = os.path.join(p["state_dir"], p["unit"], "watchdog.sh")
-    if os.path.isdir(path):
-        module.fail_json(msg=f"the watchdog script goes to {path}, where a folder is (remove it); the original was "
-                             "not stopped", **result)
-    result["lease"] = lease_path(p["lock_path"])
+    folder = os.path.join(p["state_dir"], p["unit"])
+    path, settings = os.path.join(folder, "watchdog.py"), os.path.join(folder, "watchdog.json")
+    for found in (path, settings):
+        if os.path.isdir(found):
+            module.fail_json(msg=f"the watchdog goes to {found}, where a folder is (remove it); the original was "
+                                 "not stopped", **result)
+    result["lease"] = watchdog.lease_path(p["lock_path"])
     if module.check_mode:
         module.exit_json(changed=True, script=path, **result)
+    cfg = watchdog.config(p["unit"], p["candidate_unit"], p["state_dir"], p["run_id"], p["lock_path"],
+                          p["stop_timeout_s"], p["snapshot_files"])
     try:
-        write_atomic(path, script(p["unit"], p["candidate_unit"], p["state_dir"], p["run_id"], p["token"],
-                                  p["lock_path"]), 0o700)
+        write_atomic(path, watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)]), 0o700)
+        write_atomic(settings, json.dumps(cfg, indent=2, sort_keys=True) + "\n", 0o600)
     except OSError as exc:
-        module.fail_json(msg=f"cannot write the watchdog script {path}: {exc}", **result)
-    if was in ("active", "activating", "failed"):  # an earlier run's, which is over
+        module.fail_json(msg=f"cannot write the watchdog {path}: {exc}", **result)
+    if was in ("active", "activating", "failed"):  # an earlier holder's, whose duty this one takes
         stop(module, p["watchdog_unit"], result)
     run(module, ["systemd-run", f"--unit={p['watchdog_unit']}", "--collect", "--quiet",
-                 f"--description=serving-rollout watchdog of {p['unit']} (run {p['run_id']})", "/bin/sh", path])
+                 f"--description=serving-rollout watchdog of {p['unit']}", "--", sys.executable, path, settings])
     module.exit_json(changed=True, script=path, **result)
 
 

@@ -147,7 +147,6 @@ def endurance_judgement(cell, duration_s, drift_limit, hang_s):
                                          f"failed, E2E drift {drift} (limit {drift_limit * 100:.0f}%)"}
 
 
-
 def endurance_failure(verdict, scan):
     """Why the endurance cell fails, or None: its verdict (a hang, a failed request, drift) first, then the
     candidate's journal read after it (journal_scan's scan: a crash, or error lines new under load)."""
@@ -158,6 +157,7 @@ def endurance_failure(verdict, scan):
     if scan.get("errors"):
         return f"endurance: error lines new in the journal under load: {' | '.join(map(str, scan['errors']))}"
     return None
+
 
 def lock_lost(lock_result):
     """Why the run must stop measuring when rollout_lock (state held) says it lost its lock, else None."""

@@ -1,16 +1,23 @@
 """What a restore has to do, read from systemd's properties of the units and the tool's state folder.
-Pure functions: the original_restore action and the snapshot_read module ask systemd and the host, these
-decide."""
+Pure functions: the original_restore and snapshot_renew actions and the snapshot_read module ask systemd and
+the host, these decide."""
+
+import os
 
 from .unit_stop import GONE
 
 
+def candidate_present(candidate):
+    """Whether anything of a candidate is left, from its unit's properties: loaded, or still running. A candidate
+    whose unit file was deleted while it ran is not-found but still active: systemd keeps running it, so it
+    counts whatever its load state."""
+    return (candidate.get("LoadState", "not-found") == "loaded"
+            or candidate.get("ActiveState", "inactive") not in GONE)
+
+
 def left_to_put_back(candidate, original):
-    """(candidate present, original restarted, anything to do) from both units' properties. A candidate whose
-    unit file was deleted while it ran is not-found but still active: systemd keeps running it, so it counts
-    whatever its load state."""
-    present = (candidate.get("LoadState", "not-found") == "loaded"
-               or candidate.get("ActiveState", "inactive") not in GONE)
+    """(candidate present, original restarted, anything to do) from both units' properties."""
+    present = candidate_present(candidate)
     restarted = str(original.get("NRestarts", "0")) != "0"
     return present, restarted, present or restarted or original.get("ActiveState") != "active"
 
@@ -27,3 +34,12 @@ def untouched_refusal(unit, candidate_unit, candidate_installed, state, manifest
                 f"ActiveState={state.get('ActiveState')} UnitFileState={state.get('UnitFileState')} "
                 f"LoadState={state.get('LoadState')}")
     return None
+
+
+def candidate_paths(candidate_unit, unit, state_dir):
+    """(unit paths systemd reads, the candidate's own copies): all a candidate leaves on a host."""
+    name = candidate_unit[:-len(".service")] if candidate_unit.endswith(".service") else candidate_unit
+    quadlet = f"/etc/containers/systemd/{name}.container"
+    units = [f"/etc/systemd/system/{candidate_unit}", f"/etc/systemd/system/{candidate_unit}.d",
+             quadlet, f"{quadlet}.d"]
+    return units, [os.path.join(state_dir, unit, "candidate-env")]

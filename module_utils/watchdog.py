@@ -1,14 +1,34 @@
-"""The host-side watchdog of a run: the script a transient unit runs while the candidate serves.
+"""The host-side watchdog: a Python script a transient unit runs from the moment a run stops the original
+until the original is proven serving again.
 
-While the controller renews its lease (the lease file: its content the seconds it holds, its mtime the
-renewal) the script waits. When the lock is no longer this run's (the run ended, or rollback.yml took it
-over) it exits. When the lease runs out, the controller is gone: it restores the original itself - stop
-the candidate, start the original, remove the candidate unit, record the phase, release the lock - so a
-candidate never serves on after its controller vanished. Pure functions; library/rollout_watchdog.py
-writes and starts it."""
+It follows the LOCK, not one run: while the lock exists and its lease (the file beside it: content the
+seconds it holds, mtime the renewal) is renewed, someone alive holds the duty for the host - the run, or a
+rollback that took the lock over and renewed the lease at once (rollout_lock steal). When the lock or its
+lease is gone, the holder put the original back and released the lock: the watchdog exits. When the lease
+runs out, the holder is gone: the watchdog restores the original itself, as a restore does - the candidate
+stopped within the tool's deadline, then SIGKILLed (unit_stop.stop, the same function engine_stop runs), the
+original started as it is now (an operator's edit is never overwritten: the record names the files that
+differ from the snapshot), the candidate unit and its copies removed (put_back.candidate_paths), the phase
+'restored' recorded, the lock and lease released - each step tried even when an earlier one fails, and
+every failure written to its record and its journal.
 
+Every value reaches the script as JSON in its config file (config()), never as shell or Python source.
+library/rollout_watchdog.py writes the script (script(): unit_stop's, put_back's and this file's source, in
+that order) and its config, and starts it with the host's Python."""
+
+import hashlib
 import json
-import shlex
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from .put_back import candidate_paths
+from .unit_stop import stop
+
+POLL_S = 2
 
 
 def lease_path(lock_path):
@@ -16,36 +36,140 @@ def lease_path(lock_path):
     return f"{lock_path}.lease"
 
 
-def script(unit, candidate_unit, state_dir, run_id, token, lock_path):
-    """The watchdog's /bin/sh script for one run (every value quoted for the shell)."""
-    q = shlex.quote
-    folder = f"{state_dir}/{unit}"
-    state = json.dumps({"unit": unit, "candidate": candidate_unit, "phase": "restored"}, indent=4, sort_keys=True)
-    return f"""#!/bin/sh
-# serving-rollout host watchdog for {unit}, run {run_id} (a transient unit, started by the controller
-# before the original stopped); module_utils/watchdog.py says what it does.
-set -u
-lock={q(lock_path)}
-lease={q(lease_path(lock_path))}
-while :; do
-  grep -qF {q(f'"token": "{token}"')} "$lock" 2>/dev/null || exit 0
-  held=$(cat "$lease" 2>/dev/null || echo 0)
-  age=$(( $(date +%s) - $(stat -c %Y "$lease" 2>/dev/null || echo 0) ))
-  [ "$age" -le "$held" ] || break
-  sleep 2
-done
-echo "lease of run {run_id} not renewed for $age s (it held $held s): the controller is gone; restoring {unit}"
-systemctl stop {q(candidate_unit)}
-systemctl start {q(unit)}
-rm -f {q(f'/etc/systemd/system/{candidate_unit}')}
-systemctl daemon-reload
-cat > {q(f'{folder}/state.json')} <<'STATE'
-{state}
-STATE
-cat > {q(f'{folder}/watchdog-{run_id}.json')} <<RECORD
-{{"run_id": "{run_id}", "restored_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "lease_age_s": $age, "lease_s": $held,
- "original": "$(systemctl is-active {q(unit)})"}}
-RECORD
-rm -f "$lock" "$lease"
-echo "restored: {unit} $(systemctl is-active {q(unit)}); run rollback.yml to prove it"
-"""
+def config(unit, candidate_unit, state_dir, run_id, lock_path, stop_timeout_s, snapshot_files):
+    """The watchdog's settings (JSON beside the script): the files are the snapshot's paths and sha256."""
+    return {"unit": unit, "candidate_unit": candidate_unit, "state_dir": state_dir, "run_id": run_id,
+            "lock_path": lock_path, "stop_timeout_s": float(stop_timeout_s),
+            "files": [{"path": f["path"], "sha256": f["sha256"]} for f in snapshot_files or []]}
+
+
+def lease_left(lock_path, now):
+    """Seconds left of the lease (negative: lapsed by that much), or None when the lock or its lease is gone
+    (the holder released it: the original is back)."""
+    lease = lease_path(lock_path)
+    try:
+        if not os.path.exists(lock_path):
+            return None
+        with open(lease) as handle:
+            held = int(handle.read().strip() or 0)
+        return held - (now - os.stat(lease).st_mtime)
+    except (OSError, ValueError):
+        return None if not os.path.exists(lease) else -1.0
+
+
+def sha256_of(path):
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "absent"
+
+
+def edited(files):
+    """The snapshot's files that differ now (an operator's edit during the run), by path."""
+    return [f["path"] for f in files if sha256_of(f["path"]) != f["sha256"]]
+
+
+def run_command(argv):
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    return done.returncode, done.stdout, done.stderr
+
+
+def write_json(path, document):
+    tmp = f"{path}.watchdog.tmp"
+    with open(tmp, "w") as handle:
+        handle.write(json.dumps(document, indent=4, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def restore(cfg, run, say):
+    """Put the original back as a restore does; returns the record (every step tried, failures kept)."""
+    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "failures": []}
+
+    def step(name, fn):
+        try:
+            problem = fn()
+        except OSError as exc:
+            problem = str(exc)
+        if problem:
+            record["failures"].append(f"{name}: {problem}")
+            say(f"FAILED {name}: {problem}")
+
+    stopped = stop(cfg["candidate_unit"], cfg["stop_timeout_s"], run)
+    record["candidate_stop"] = stopped["how"]
+    say(f"stop {cfg['candidate_unit']}: {stopped['how']}")
+    if not stopped["stopped"]:
+        record["failures"].append(f"stop {cfg['candidate_unit']}: {stopped['how']}")
+    record["edited"] = edited(cfg["files"])
+    if record["edited"]:
+        say(f"the original's files differ from the snapshot (edited during the run): {record['edited']}; "
+            "starting it as it is now, never overwritten")
+
+    def start():
+        rc, out, err = run(["systemctl", "start", "--", cfg["unit"]])
+        return None if rc == 0 else f"rc {rc}: {(err or out).strip()}"
+
+    def remove_candidate():
+        units, copies = candidate_paths(cfg["candidate_unit"], cfg["unit"], cfg["state_dir"])
+        for path in units + copies:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.unlink(path)
+        rc, _, err = run(["systemctl", "daemon-reload"])
+        return None if rc == 0 else f"daemon-reload rc {rc}: {err.strip()}"
+
+    def phase():
+        write_json(os.path.join(cfg["state_dir"], cfg["unit"], "state.json"),
+                   {"unit": cfg["unit"], "candidate": cfg["candidate_unit"], "phase": "restored"})
+
+    step(f"start {cfg['unit']}", start)
+    step("remove the candidate unit", remove_candidate)
+    step("record the phase restored", phase)
+    record["original"] = run(["systemctl", "show", "-p", "ActiveState", "--value", "--", cfg["unit"]])[1].strip()
+    return record
+
+
+def release(lock_path):
+    for path in (lock_path, lease_path(lock_path)):
+        if os.path.lexists(path):
+            os.unlink(path)
+
+
+def watch(cfg, run=run_command, clock=time.time, sleep=time.sleep, say=print):
+    """Wait while the lease is renewed; restore when it lapses. Returns the record, or None (released)."""
+    while True:
+        left = lease_left(cfg["lock_path"], clock())
+        if left is None:
+            return None
+        if left < 0:
+            break
+        sleep(POLL_S)
+    say(f"the lease of {cfg['lock_path']} lapsed {-left:.0f} s ago: its holder is gone; restoring {cfg['unit']}")
+    record = restore(cfg, run, say)
+    record["lease_lapsed_s"] = round(-left, 1)
+    try:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(cfg["run_id"]))[:80]  # a file name, whatever the id holds
+        write_json(os.path.join(cfg["state_dir"], cfg["unit"], f"watchdog-{name}.json"), record)
+    except OSError as exc:
+        say(f"FAILED to write the watchdog's record: {exc}")
+    if record["original"] == "active":
+        release(cfg["lock_path"])  # the duty ends once the original serves; else the lock names what happened
+    say(f"{'restored' if not record['failures'] else 'NOT restored'}: {cfg['unit']} {record['original']}"
+        f"{'; ' + '; '.join(record['failures']) if record['failures'] else ''}; prove it with rollback.yml")
+    return record
+
+
+def main(config_path):
+    with open(config_path) as handle:
+        cfg = json.load(handle)
+    record = watch(cfg, say=lambda line: print(line, flush=True))
+    sys.exit(1 if record and record["failures"] else 0)
+
+
+def script(sources):
+    """The watchdog's script from its modules' sources (unit_stop, put_back, this one, in that order): one file
+    the host's Python runs, their relative imports dropped (each name is defined above its use)."""
+    body = "\n".join(line for text in sources for line in text.splitlines() if not line.startswith("from ."))
+    return f"{body}\n\nif __name__ == '__main__':\n    main(sys.argv[1])\n"

@@ -17,8 +17,9 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
+
+from serving_rollout import fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml", "rollback": "rollback.yml",
@@ -136,7 +137,7 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
     """Run one playbook through ansible-runner; listen(event) sees every event."""
     import ansible_runner
 
-    run_id = extravars.setdefault("run_id", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    run_id = extravars.setdefault("run_id", fleet.new_run_id())
     extravars.setdefault("rollout_evidence_dir", str(evidence))
     extravars.setdefault("observation_writer_dir", str(evidence))
     private = Path(evidence) / "runner" / f"{Path(playbook).stem}-{run_id}"
@@ -193,8 +194,8 @@ def identities(inventory, extravars, evidence):
         if event.get("event") == "runner_on_ok" and data.get("task") == "Report the original's identity":
             found[data["host"]] = data.get("res", {}).get("msg")
 
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    result = run_playbook("identity", "original-identity.yml", inventory, {**extravars, "run_id": f"identity-{stamp}"},
+    result = run_playbook("identity", "original-identity.yml", inventory,
+                          {**extravars, "run_id": fleet.new_run_id("identity-")},
                           evidence, quiet=True, listen=listen)
     if result["ansible_rc"] != 0 or not found or "missing" in found.values():
         raise PlanError(f"cannot read the serving unit on every host (ansible rc {result['ansible_rc']}, read: "
@@ -254,8 +255,11 @@ def interrupted_run(args, extravars):
     kept = {k: v for k, v in extravars.items() if k not in ("run_id", "rollout_canary", "rollout_batch_size")}
     result = run_playbook("rollback", PLAYBOOKS["rollback"], args.inventory, kept, args.evidence, quiet=args.json)
     if result["interrupted"]:
-        print(f"serving-rollout: rollback interrupted too; each host's watchdog restores its original when its lease "
-              f"runs out; to restore now: bin/serving-rollout rollback -i {args.inventory}", file=sys.stderr)
+        print("serving-rollout: rollback interrupted too. Where the run had stopped an original, the host's watchdog "
+              "holds the duty: the rollback renewed its lease when it took the lock over, so the watchdog restores the "
+              "original when that lease runs out (rollout_lease_s; the host's journal: journalctl -u "
+              "'serving-rollout-watchdog-*'). To restore and prove it now: "
+              f"bin/serving-rollout rollback -i {args.inventory}", file=sys.stderr)
         return EXIT_ERROR
     for host in result["hosts"]:
         print(f"{host['host']}: interrupted, rollback {host['outcome']}")

@@ -14,6 +14,7 @@ the records after every change, under one lock, so they are current even when th
 
 import fcntl
 import json
+import secrets
 import sys
 import time
 from contextlib import contextmanager
@@ -24,6 +25,12 @@ SCHEMA = "serving-rollout.fleet-summary/v1"
 OUTCOMES = ("acceptable", "not acceptable", "refused", "failed, restored", "failed, NOT restored",
             "interrupted", "started", "not-started")
 PASSING = ("acceptable",)
+
+
+def new_run_id(prefix=""):
+    """A run id unique per run: the UTC second and a random tail (two runs in the same second never share their
+    fleet, runner, capture or evidence folders). playbooks/tasks/run_id.yml makes the same shape."""
+    return f"{prefix}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
 
 
 def outcome_of(record):

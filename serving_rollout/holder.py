@@ -45,6 +45,17 @@ def me():
     return {"host": socket.gethostname(), "pid": pid, "pid_start": proc_stat(pid)[1] if pid else None}
 
 
+def alive(lock, here=None):
+    """True when the lock's holder (an ansible-playbook process) runs on this controller, False when it ran here
+    and does not any more, None when that cannot be told (another controller, an older or unreadable lock)."""
+    controller = (lock or {}).get("controller") or {}
+    host, pid = controller.get("host"), controller.get("pid")
+    if "unreadable" in (lock or {}) or not pid or host != (here or socket.gethostname()):
+        return None
+    stat = proc_stat(pid)
+    return stat is not None and stat[1] == str(controller.get("pid_start"))
+
+
 def liveness(lock, here=None):
     """One line on the lock's holder: alive, dead, or on another controller (checked there)."""
     controller = (lock or {}).get("controller") or {}
@@ -54,10 +65,9 @@ def liveness(lock, here=None):
     if not pid:
         return "the lock names no controller process (an older run): whether it lives cannot be told"
     who = f"ansible-playbook pid {pid} on {host}"
-    if host != (here or socket.gethostname()):
+    living = alive(lock, here)
+    if living is None:
         return f"{who}: on another controller, check there (ps -p {pid})"
-    stat = proc_stat(pid)
-    if stat is None or stat[1] != str(controller.get("pid_start")):
+    if not living:
         return f"{who}: not running (the run is dead; rollback.yml takes the lock over and restores the host)"
     return f"{who}: alive (the run is still going; wait for it, or stop it first)"
-

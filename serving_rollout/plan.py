@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from serving_rollout.candidate_plan import EVIDENCE_TEXT, PlanError, candidate_plan_errors
+from serving_rollout.fleet import new_run_id
 from serving_rollout.module_utils import controls
 
 REPO = Path(__file__).resolve().parent.parent
@@ -219,7 +220,7 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
             save(folder, state, plan, plan_path, policy)
             say(f"plan: {cid} skipped: {reason}")
             continue
-        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        run_id = new_run_id()
         state["candidates"][cid] = {"status": "running", "run_id": run_id}
         save(folder, state, plan, plan_path, policy)
         say(f"plan: {cid} (run {run_id})")

@@ -24,7 +24,7 @@ def test_capture_of_the_8gpu_fixture_writes_schema_versioned_observations(tree, 
     result = capture(tree, tmp_path / "evidence")
     assert result.returncode == 0, result.stdout + result.stderr
     run = only_run_dir(tmp_path / "evidence", "localhost", "capture")
-    assert re.match(r"capture-\d{8}T\d{6}Z$", run.name)
+    assert re.match(r"capture-\d{8}T\d{6}Z-[a-z0-9]{4}$", run.name)
     docs = {p.name: json.loads(p.read_text()) for p in run.iterdir()}
     assert set(docs) == {"iommu-observation.json", "p2p-support-observation.json", "versions.json"}
     assert docs["iommu-observation.json"]["schema"] == "serving-rollout.iommu-observation/v1"

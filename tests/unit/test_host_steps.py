@@ -37,6 +37,7 @@ STOP_ARGS = {"unit": "sglang.service", "candidate_unit": "sglang-candidate.servi
              "gpu_free_timeout_s": 120, "engine": "sglang", "straggler_grace_s": 10}
 RESTORE_ARGS = {**STOP_ARGS, "watchdog_unit": "serving-rollout-watchdog-sglang.service",
                 "state_dir": "/var/lib/serving-rollout", "run_id": "R1", "base_url": "http://127.0.0.1:30000",
+                "lock_path": "/var/lib/serving-rollout/sglang.service.lock", "lock_token": "tok", "lease_s": 900,
                 "ready_timeout_s": 1200, "boot_stall_s": 300,
                 "snapshot_files": [{"path": "/etc/systemd/system/sglang.service", "sha256": "ab"}]}
 
@@ -81,10 +82,11 @@ def test_a_clean_host_is_put_back_without_a_restoring_phase_or_a_stop():
         "serving_snapshot": {"manifest": {"files": RESTORE_ARGS["snapshot_files"]}},
         "rollout_phase": {"ansible_facts": {"rollout_progress": {"kind": "phase", "phase": "restored"}}}})
     result = action.run(task_vars={})
-    assert [name for name, _ in calls] == ["rollout_watchdog", "ansible.builtin.systemd_service",
+    assert [name for name, _ in calls] == ["ansible.builtin.systemd_service",
                                            "ansible.builtin.systemd_service", "serving_snapshot",
                                            "ansible.builtin.systemd_service", "engine_ready", "candidate_remove",
-                                           "rollout_phase"]
+                                           "rollout_phase", "rollout_watchdog"]
+    assert calls[-1][1]["state"] == "stopped"
     assert not result.get("failed") and result["candidate_present"] is False and result["gpu"] is None
     assert result["ansible_facts"]["rollout_progress"]["phase"] == "restored"
 
@@ -92,6 +94,7 @@ def test_a_clean_host_is_put_back_without_a_restoring_phase_or_a_stop():
 def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_checked():
     action, calls = scripted("original_restore", {**RESTORE_ARGS, "runtime": "podman", "container": "sglang"}, {
         **systemd({"LoadState": "loaded", "ActiveState": "active"}, {"ActiveState": "inactive", "NRestarts": "0"}),
+        "rollout_lock": {"held": True},
         "engine_stop": {"changed": True, "stopped": True, "escalated": True, "how": "SIGKILL at the deadline"},
         "ansible.builtin.command": {"rc": 0, "stdout": "sglang-candidate"},
         "gpu_free": {"summary": "", "terminated": []},
@@ -99,16 +102,52 @@ def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_
                              "both_versions": ["--- snapshot\n+++ now\n+# edited"]}})
     result = action.run(task_vars={})
     names = [name for name, _ in calls]
-    assert names[:4] == ["rollout_watchdog", "ansible.builtin.systemd_service", "ansible.builtin.systemd_service",
-                         "rollout_phase"] and calls[3][1]["phase"] == "restoring"
-    assert names[4:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot"]
-    assert calls[4][1]["unit"] == "sglang-candidate.service"
-    assert calls[5][1]["argv"] == ["podman", "rm", "-f", "sglang-candidate"]
+    # the duty stays covered while the restore runs: the lease renewed for it, the watchdog started for it
+    assert names[:5] == ["ansible.builtin.systemd_service", "ansible.builtin.systemd_service", "rollout_lock",
+                         "rollout_watchdog", "rollout_phase"] and calls[4][1]["phase"] == "restoring"
+    assert calls[2][1]["lease_s"] == 900 and calls[2][1]["token"] == "tok"
+    assert calls[3][1].get("state", "started") == "started" and calls[3][1]["stop_timeout_s"] == 180
+    assert names[5:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot"]
+    assert calls[5][1]["unit"] == "sglang-candidate.service"
+    assert calls[6][1]["argv"] == ["podman", "rm", "-f", "sglang-candidate"]
     # a changed original: nothing started, both versions in the failure
     assert result["failed"] and result["msg"].startswith("check the original's files against the snapshot: the "
                                                          "original changed since its snapshot")
     assert result["both_versions"] == ["--- snapshot\n+++ now\n+# edited"]
     assert result["candidate_stop"] == {"stopped": True, "escalated": True, "how": "SIGKILL at the deadline"}
+
+
+def candidate_left():
+    return systemd({"LoadState": "loaded", "ActiveState": "active"}, {"ActiveState": "inactive", "NRestarts": "0"})
+
+
+RESTORE_OK = {"engine_stop": {"changed": True, "stopped": True, "escalated": False, "how": "stopped"},
+              "gpu_free": {"summary": "", "terminated": []},
+              "serving_snapshot": {"manifest": {"files": RESTORE_ARGS["snapshot_files"]}}}
+
+
+def test_a_full_state_folder_never_stops_the_restore():
+    """ENOSPC on the lease and on every phase record: said, and the candidate is still stopped and the original
+    started; without a renewed lease the watchdog is stopped, so it never acts beside the restore."""
+    full = {"failed": True, "msg": "cannot renew the lease: No space left on device (0.0 MiB free)"}
+    action, calls = scripted("original_restore", RESTORE_ARGS, {
+        **candidate_left(), **RESTORE_OK, "rollout_lock": full,
+        "rollout_phase": {"failed": True, "msg": "Failed to replace state.json: No space left on device"}})
+    result = action.run(task_vars={})
+    names = [name for name, _ in calls]
+    assert not result.get("failed"), result
+    assert names[2:5] == ["rollout_lock", "rollout_watchdog", "rollout_phase"]
+    assert calls[3][1]["state"] == "stopped"
+    assert names[5:] == ["engine_stop", "gpu_free", "serving_snapshot", "ansible.builtin.systemd_service",
+                         "engine_ready", "candidate_remove", "rollout_phase", "rollout_watchdog"]
+
+
+def test_a_lock_taken_over_meanwhile_puts_nothing_back():
+    action, calls = scripted("original_restore", RESTORE_ARGS, {
+        **candidate_left(), **RESTORE_OK, "rollout_lock": {"held": False, "lock": {"run_id": "other"}}})
+    result = action.run(task_vars={})
+    assert [name for name, _ in calls][2:] == ["rollout_lock"]
+    assert result["failed"] and "is no longer this run's" in result["msg"] and "'run_id': 'other'" in result["msg"]
 
 
 def test_the_candidate_start_keeps_only_the_identity_and_compares_a_container():

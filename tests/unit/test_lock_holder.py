@@ -73,3 +73,80 @@ def test_children_finds_a_real_child_and_not_a_grandchild():
             os.kill(pid, signal.SIGKILL)
         child.kill()
         child.wait()
+
+
+def test_alive_is_true_false_or_cannot_be_told():
+    assert holder.alive(controller(os.getpid())) is True
+    assert holder.alive(controller(os.getpid(), start="12345")) is False  # the pid was reused
+    assert holder.alive(controller(4242, "1", "ctl-9")) is None  # another controller
+    assert holder.alive({"holder": "x"}) is None and holder.alive({"unreadable": 0}) is None
+
+
+def test_a_take_over_renews_the_lease_before_the_lock_changes_hands_in_one_rename(tmp_path):
+    """The watchdog follows the lock: it must never see the lock missing, nor the new holder with a lapsed lease."""
+    path = tmp_path / "sglang.service.lock"
+    path.write_text(json.dumps({"token": "old"}))
+    lease = tmp_path / "sglang.service.lock.lease"
+    lease.write_text("5\n")
+    os.utime(lease, (1, 1))  # lapsed long ago
+    inode = path.stat().st_ino
+    assert rollout_lock.take_over(str(path), {"token": "new"}, 600) is None
+    assert json.loads(path.read_text()) == {"token": "new"} and path.stat().st_ino != inode
+    assert lease.read_text() == "600\n" and time.time() - lease.stat().st_mtime < 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sglang.service.lock", "sglang.service.lock.lease"]
+
+
+def test_a_lease_that_cannot_be_written_leaves_no_temporary_file(tmp_path):
+    folder = tmp_path / "state"
+    folder.mkdir()
+    (folder / "x.lock.lease").mkdir()  # os.replace onto a folder fails, as a full disk's write does
+    try:
+        rollout_lock.renew_lease(str(folder / "x.lock"), 30)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("renew_lease wrote over a folder")
+    assert sorted(p.name for p in folder.iterdir()) == ["x.lock.lease"]
+
+
+def lock_action(answers, calls):
+    """action_plugins/rollout_lock.py with the host's module a TEST DOUBLE (scripted answers, calls recorded)."""
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("action_rollout_lock", REPO / "action_plugins" / "rollout_lock.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+
+    class ScriptedHost(plugin.ActionModule):
+        def _execute_module(self, module_name=None, module_args=None, task_vars=None, **_):
+            calls.append(dict(module_args))
+            return dict(answers.pop(0))
+
+    def make(args):
+        task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="rollout_lock")
+        return ScriptedHost(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/double")), None, None, None)
+    return make
+
+
+def test_a_take_over_of_a_living_holders_lock_is_refused_before_the_lock_is_touched():
+    calls = []
+    living = {"run_id": "R2", "holder": "root@ctl pid 1 rollback", **controller(os.getpid())}
+    action = lock_action([{"held": False, "lock": living}], calls)(
+        {"path": "/var/lib/serving-rollout/sglang.service.lock", "token": "mine", "steal": True, "lease_s": 600})
+    result = action.run(task_vars={"ansible_play_name": "rollback"})
+    assert result["failed"] and "held by run R2 (root@ctl pid 1 rollback), which is still running" in result["msg"]
+    assert "nothing was taken over or changed" in result["msg"]
+    assert [call["state"] for call in calls] == ["held"]  # read only: never present with steal
+
+
+def test_a_dead_holders_lock_is_taken_over():
+    calls = []
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = {"run_id": "R1", **controller(gone.pid, start="1")}
+    action = lock_action([{"held": False, "lock": dead}, {"changed": True, "lock": {"token": "mine"},
+                                                         "previous": dead}], calls)(
+        {"path": "/l", "token": "mine", "steal": True, "lease_s": 600})
+    result = action.run(task_vars={"ansible_play_name": "rollback"})
+    assert not result.get("failed") and "not running (the run is dead" in result["previous_liveness"]
+    assert [call["state"] if "state" in call else "present" for call in calls] == ["held", "present"]

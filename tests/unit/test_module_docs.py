@@ -102,8 +102,9 @@ def test_module_docs_say_what_the_module_changes(name):
     action = REPO / "action_plugins" / f"{name}.py"
     runs_a_writer = False
     if action.exists():  # an action's code is on the controller; its modules' changes are its own
-        code += action.read_text()
-        runs_a_writer = any(f'"{other}"' in action.read_text() and CHANGES.search(module_code(other))
+        action_code = action.read_text()
+        code += action_code
+        runs_a_writer = any(f'"{other}"' in action_code and CHANGES.search(module_code(other))
                             for other in MODULES if other != name)
     text = description(name)
     if CHANGES.search(code) or runs_a_writer:

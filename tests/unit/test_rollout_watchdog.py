@@ -1,76 +1,166 @@
-"""The host-side watchdog's script (module_utils/watchdog.py), run by /bin/sh in a temporary folder: it exits
-when the lock is another run's, and restores when the lease ran out - writing the same state file
-rollout_phase writes for 'restored', its record, and releasing the lock. systemctl is a double here (a
-script that logs its arguments under tests' tmp_path): the lab's fault tests run the watchdog under real
-systemd (test_lost_controller_the_host_watchdog_restores_within_its_lease)."""
+"""The host-side watchdog (module_utils/watchdog.py) as the host runs it: the one script rollout_watchdog builds
+from unit_stop's, put_back's and the watchdog's own source, run by Python with its JSON settings. systemctl is a
+TEST DOUBLE here (a script under tmp_path that logs its arguments and keeps each unit's ActiveState in a file,
+one candidate ignoring SIGTERM until SIGKILL); the lab runs the watchdog under real systemd
+(test_rollout_faults.py: the lost controller; test_trust.py: a rollback killed after its take-over)."""
 
+import hashlib
 import importlib.util
+import inspect
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 
 import pytest
 from conftest import REPO
 
-from serving_rollout.module_utils.watchdog import lease_path, script
+from serving_rollout.module_utils import put_back, unit_stop, watchdog
 
 _spec = importlib.util.spec_from_file_location("rollout_phase", REPO / "library" / "rollout_phase.py")
 rollout_phase = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rollout_phase)
 
-UNIT, CANDIDATE = "sglang.service", "srtest-absent-candidate.service"  # no such file under /etc: rm -f is a no-op
+UNIT, CANDIDATE = "sglang.service", "srtest-absent-candidate.service"  # no such unit file under /etc
+
+SYSTEMCTL = """#!/bin/sh
+echo "$*" >> {calls}
+case "$1" in
+  show) cat {units}/"$6" 2>/dev/null || echo inactive ;;
+  stop) [ -e {units}/"$4".ignores-term ] || echo inactive > {units}/"$4" ;;
+  kill) echo inactive > {units}/"$5" ;;
+  start) echo active > {units}/"$3" ;;
+esac
+exit 0
+"""
 
 
 @pytest.fixture
 def host(tmp_path):
-    state = tmp_path / "state"
-    (state / UNIT).mkdir(parents=True)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    state, units, bin_dir = tmp_path / "state", tmp_path / "units", tmp_path / "bin"
+    for folder in (state / UNIT, units, bin_dir):
+        folder.mkdir(parents=True)
     calls = tmp_path / "systemctl.calls"
-    double = bin_dir / "systemctl"  # the systemctl double: logs, and says "active" to is-active
-    double.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = is-active ] && echo active\nexit 0\n')
+    double = bin_dir / "systemctl"
+    double.write_text(SYSTEMCTL.format(calls=calls, units=units))
     double.chmod(0o755)
+    (units / CANDIDATE).write_text("active\n")
+    original = tmp_path / "sglang.service"
+    original.write_text("[Service]\nExecStart=/bin/true\n")
+    files = [{"path": str(original), "sha256": hashlib.sha256(original.read_bytes()).hexdigest()}]
     lock = state / f"{UNIT}.lock"
-    return state, lock, calls, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return {"state": state, "units": units, "calls": calls, "lock": lock, "original": original, "files": files,
+            "env": {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}}
 
 
-def run_watchdog(state, lock, env, token="tok1"):
-    path = state / UNIT / "watchdog.sh"
-    path.write_text(script(UNIT, CANDIDATE, str(state), "20261203T190000Z", token, str(lock)))
-    return subprocess.run(["/bin/sh", str(path)], env=env, capture_output=True, text=True, timeout=60)
+def lease(lock, seconds, age):
+    path = watchdog.lease_path(str(lock))
+    with open(path, "w") as handle:
+        handle.write(f"{seconds}\n")
+    then = time.time() - age
+    os.utime(path, (then, then))
 
 
-def test_a_lapsed_lease_restores_and_writes_what_rollout_phase_writes(host):
-    state, lock, calls, env = host
-    lock.write_text(json.dumps({"token": "tok1", "run_id": "20261203T190000Z"}))
-    lease = lease_path(str(lock))
-    with open(lease, "w") as handle:
-        handle.write("5\n")
-    old = time.time() - 100  # renewed 100 s ago for 5 s: the controller is gone
-    os.utime(lease, (old, old))
-    done = run_watchdog(state, lock, env)
-    assert done.returncode == 0, done.stderr
-    assert "the controller is gone; restoring sglang.service" in done.stdout
-    assert calls.read_text().splitlines()[:3] == [f"stop {CANDIDATE}", f"start {UNIT}", "daemon-reload"]
+def run_script(host, run_id="20261203T190000Z-ab12", stop_timeout_s=5):
+    """The watchdog as rollout_watchdog writes and starts it (the script and its JSON settings)."""
+    folder = host["state"] / UNIT
+    script = folder / "watchdog.py"
+    script.write_text(watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)]))
+    settings = folder / "watchdog.json"
+    settings.write_text(json.dumps(watchdog.config(UNIT, CANDIDATE, str(host["state"]), run_id, str(host["lock"]),
+                                                   stop_timeout_s, host["files"])))
+    return subprocess.run([sys.executable, str(script), str(settings)], env=host["env"], capture_output=True,
+                          text=True, timeout=120)
+
+
+def calls(host):
+    return host["calls"].read_text().splitlines() if host["calls"].exists() else []
+
+
+def test_a_lapsed_lease_restores_as_a_restore_does_and_writes_what_rollout_phase_writes(host):
+    host["lock"].write_text(json.dumps({"token": "tok1", "run_id": "r"}))
+    lease(host["lock"], 5, age=100)  # renewed 100 s ago for 5 s: its holder is gone
+    done = run_script(host)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its holder is gone; restoring sglang.service" in done.stdout
+    said = calls(host)
+    assert said[1] == f"stop --no-block -- {CANDIDATE}" and "kill" not in " ".join(said)
+    assert said.index(f"start -- {UNIT}") > said.index(f"stop --no-block -- {CANDIDATE}")
+    assert said.index("daemon-reload") > said.index(f"start -- {UNIT}")
     expected = json.dumps(rollout_phase.phase_record(UNIT, CANDIDATE, "restored", "r"), indent=4, sort_keys=True)
-    assert (state / UNIT / "state.json").read_text() == expected + "\n"  # what a rollback then rewrites nothing of
-    record = json.loads((state / UNIT / "watchdog-20261203T190000Z.json").read_text())
-    assert record["original"] == "active" and record["lease_s"] == 5 and record["lease_age_s"] >= 100
-    assert not lock.exists() and not os.path.exists(lease)
+    assert (host["state"] / UNIT / "state.json").read_text() == expected + "\n"  # what a rollback rewrites nothing of
+    record = json.loads((host["state"] / UNIT / "watchdog-20261203T190000Z-ab12.json").read_text())
+    assert record["original"] == "active" and record["failures"] == [] and record["edited"] == []
+    assert record["lease_lapsed_s"] >= 90
+    assert not host["lock"].exists() and not os.path.exists(watchdog.lease_path(str(host["lock"])))
 
 
-def test_a_lock_held_by_another_run_ends_the_watchdog_without_touching_anything(host):
-    state, lock, calls, env = host
-    lock.write_text(json.dumps({"token": "rollback-took-it", "run_id": "other"}))
-    done = run_watchdog(state, lock, env)
+def test_a_candidate_that_ignores_sigterm_is_killed_at_the_restores_deadline(host):
+    (host["units"] / f"{CANDIDATE}.ignores-term").write_text("")
+    host["lock"].write_text(json.dumps({"token": "tok1"}))
+    lease(host["lock"], 5, age=100)
+    done = run_script(host, stop_timeout_s=1)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = calls(host)
+    assert f"kill --kill-whom=all --signal=SIGKILL -- {CANDIDATE}" in said
+    assert said.index(f"start -- {UNIT}") > said.index(f"kill --kill-whom=all --signal=SIGKILL -- {CANDIDATE}")
+    record = json.loads(next((host["state"] / UNIT).glob("watchdog-*.json")).read_text())
+    assert "ignored its stop for 1 s" in record["candidate_stop"] and record["original"] == "active"
+
+
+def test_an_original_edited_during_the_run_is_started_as_it_is_and_named(host):
+    host["original"].write_text("[Service]\nExecStart=/bin/true\nTimeoutStopSec=45\n")  # the operator's edit
+    host["lock"].write_text(json.dumps({"token": "tok1"}))
+    lease(host["lock"], 5, age=100)
+    done = run_script(host)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert host["original"].read_text().endswith("TimeoutStopSec=45\n")  # never overwritten
+    record = json.loads(next((host["state"] / UNIT).glob("watchdog-*.json")).read_text())
+    assert record["edited"] == [str(host["original"])] and record["original"] == "active"
+    assert "differ from the snapshot (edited during the run)" in done.stdout
+
+
+def test_a_released_lock_ends_the_watchdog_without_touching_anything(host):
+    lease(host["lock"], 5, age=100)  # a lease left without its lock means nothing
+    done = run_script(host)
     assert done.returncode == 0 and done.stdout == ""
-    assert not calls.exists() and lock.exists()
-    assert not (state / UNIT / "state.json").exists()
+    assert calls(host) == [] and not (host["state"] / UNIT / "state.json").exists()
 
 
-def test_values_are_quoted_for_the_shell(tmp_path):
-    text = script(UNIT, CANDIDATE, str(tmp_path / "a dir"), "r1", "tok", str(tmp_path / "a dir" / "x.lock"))
-    assert f"lock='{tmp_path}/a dir/x.lock'" in text
-    assert subprocess.run(["/bin/sh", "-n"], input=text, text=True).returncode == 0
+def test_the_watchdog_keeps_the_duty_for_whoever_holds_the_lock_and_renews_its_lease(host):
+    """A rollback takes the lock over (another token) and renews the lease: the watchdog waits on; when that
+    holder releases the lock, it exits without acting. In-process, its clock and sleep the test's own."""
+    host["lock"].write_text(json.dumps({"token": "the-run"}))
+    lease(host["lock"], 600, age=0)
+    ticks = []
+
+    def sleep(_seconds):
+        ticks.append(1)
+        if len(ticks) == 2:  # the take-over: another token, a fresh lease
+            host["lock"].write_text(json.dumps({"token": "the-rollback"}))
+            lease(host["lock"], 600, age=0)
+        if len(ticks) == 4:  # the rollback put the original back and released the lock
+            os.unlink(host["lock"])
+
+    cfg = watchdog.config(UNIT, CANDIDATE, str(host["state"]), "r", str(host["lock"]), 5, host["files"])
+    assert watchdog.watch(cfg, run=lambda argv: pytest.fail(f"acted: {argv}"), sleep=sleep, say=print) is None
+    assert len(ticks) == 4
+
+
+def test_planted_values_reach_the_script_only_as_json(host, tmp_path):
+    """A run id with a newline and commands: the script's text holds no value of the run, and running it runs no
+    command of theirs; the record's file name is a plain name."""
+    planted = tmp_path / "planted"
+    run_id = f"x\n$(touch {planted})`touch {planted}`;touch {planted}"
+    text = watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)])
+    assert str(planted) not in text and UNIT not in text and CANDIDATE not in text
+    host["lock"].write_text(json.dumps({"token": "tok1"}))
+    lease(host["lock"], 5, age=100)
+    done = run_script(host, run_id=run_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not planted.exists()
+    records = [p.name for p in (host["state"] / UNIT).glob("watchdog-*.json")]
+    assert len(records) == 1 and re.fullmatch(r"watchdog-[A-Za-z0-9_.-]+\.json", records[0]), records
+    assert json.loads((host["state"] / UNIT / records[0]).read_text())["run_id"] == run_id
