@@ -12,8 +12,9 @@ message, and what was done until then is returned all the same (the evidence nam
    the restore);
 4. the candidate is stopped within the tool's deadline (loaded or orphaned), its container removed;
 5. the GPUs come free (the stopped engine's own stragglers ended), unless the original serves on them;
-6. the original's files are checked against the snapshot - a changed original is never overwritten and
-   never started;
+6. the original's files are checked against the snapshot - never overwritten; an original edited during the
+   run is started as it is (the operator's edit wins), and the action fails after the put-back naming the edit
+   and the next step (renew.yml adopts it), so a unit that serves is always back and no candidate is left;
 7. the original starts and its health endpoint answers within the deadline;
 8. the candidate unit, its drop-ins and copies go, the phase 'restored' is recorded (said, never fatal), and
    the watchdog stops: the original serves again.
@@ -113,12 +114,33 @@ class ActionModule(StepsAction):
             done["changed"] = done["changed"] or (removed.get("rc") == 0 and bool(removed.get("stdout", "").strip()))
         if original.get("ActiveState") != "active" or restarted:
             steps.free_gpus(args, [unit, candidate_unit])
-        done["manifest"] = steps.module("check the original's files against the snapshot", "serving_snapshot",
-                                        unit=unit, files=args["snapshot_files"],
-                                        dest=f"{args['state_dir']}/{unit}").get("manifest")
-        steps.module(f"start {unit}", "ansible.builtin.systemd_service", name=unit, state="started")
+        edited = self.check_files(args, steps, done)
+        steps.module(f"start {unit}", "ansible.builtin.systemd_service", name=unit, state="started",
+                     daemon_reload=bool(edited))
         steps.module(f"wait for {unit}'s health endpoint", "engine_ready", base_url=args["base_url"],
                      timeout_s=args["ready_timeout_s"], unit=unit, engine=args["engine"],
                      stall_s=args["boot_stall_s"], env_files=args.get("env_files") or [])
         steps.module("remove the candidate unit, its drop-ins and copies", "candidate_remove",
                      candidate_unit=candidate_unit, unit=unit, state_dir=args["state_dir"])
+        if edited:
+            raise AnsibleActionFail(
+                f"NOT restored exactly: {edited}. By the tool's rule an operator's edit wins: the edited original "
+                f"{unit} was started as it is (never overwritten) and answers, the candidate is gone, the snapshot is "
+                "kept. To adopt the edit as the restore recipe: playbooks/renew.yml; to put the snapshot back "
+                "instead: undo the edit, then playbooks/rollback.yml", result={"both_versions": done["both_versions"]})
+
+    def check_files(self, args, steps, done):
+        """The original's files against the snapshot: None when they match, else what changed (an operator's edit
+        during the run, never overwritten: the original is started as it is, so a unit that serves is back)."""
+        unit = args["unit"]
+        check = self._execute_module(module_name="serving_snapshot", task_vars=steps.task_vars, module_args={
+            "unit": unit, "files": args["snapshot_files"], "dest": f"{args['state_dir']}/{unit}"})
+        if not check.get("failed"):
+            done["manifest"] = check.get("manifest")
+            return None
+        if "both_versions" not in check:  # not an edit: the check itself failed
+            raise AnsibleActionFail(f"check the original's files against the snapshot: {check.get('msg', check)}")
+        done["manifest"], done["both_versions"] = check.get("snapshot"), check["both_versions"]
+        edited = "; ".join(check.get("changed_files") or ["files differ"])
+        steps.say(f"{unit} was edited during the run ({edited}); starting it as it is, never overwritten")
+        return f"{unit} was edited during the run ({edited})"

@@ -3,7 +3,8 @@
 Taking the lock (state=present), it names this controller's ansible-playbook process (host, pid, start
 time) as the lock's holder, so that a refused run, and rollback.yml taking a lock over, can tell whether
 that holder still runs. Both look at /proc on the controller, here, never on the host:
-- a refusal's message ends with the holder's liveness;
+- a refusal's message ends with the holder's liveness; a holder found dead is asked about again with
+  holder_dead, so a run interrupted before it began to stop the original does not block the next one;
 - a lock taken over returns `previous_liveness` beside `previous`;
 - a take-over (steal) of a lock whose holder is alive on this controller is refused, naming it, before the lock
   is touched: a living run, or another rollback, keeps its duty (it restores when it fails or is interrupted).
@@ -33,6 +34,10 @@ class ActionModule(ActionBase):
             if refusal:
                 return refusal
         result = self._execute_module(module_name="rollout_lock", module_args=args, task_vars=task_vars)
+        if result.get("failed") and result.get("lock") and holder.alive(result["lock"]) is False:
+            # a dead holder that never began to stop the original left only its render: the module takes it over
+            result = self._execute_module(module_name="rollout_lock", module_args={**args, "holder_dead": True},
+                                          task_vars=task_vars)
         if result.get("failed") and result.get("lock"):
             result["msg"] = f"{result.get('msg', '')}. Holder: {holder.liveness(result['lock'])}"
         if result.get("previous"):

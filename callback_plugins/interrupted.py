@@ -92,6 +92,7 @@ class CallbackModule(CallbackBase):
     def __init__(self):
         super().__init__()
         self.phases, self.finished, self.reported, self.extra, self.evidence = {}, False, False, {}, None
+        self.hosts = set()  # every host a task ran on
         self.main_pid = os.getpid()
         atexit.register(self.report)
         # Loaded after the task queue manager set its handlers: these replace them (see the module's doc).
@@ -124,6 +125,7 @@ class CallbackModule(CallbackBase):
         self.extra = dict(play.get_variable_manager().extra_vars or {})
 
     def v2_runner_on_ok(self, result):
+        self.hosts.add(result._host.get_name())
         progress = (result._result.get("ansible_facts") or {}).get("rollout_progress")
         if isinstance(progress, dict) and progress.get("kind") == "phase":
             self.phases[result._host.get_name()] = progress
@@ -138,6 +140,9 @@ class CallbackModule(CallbackBase):
         inventory = ",".join(context.CLIARGS.get("inventory") or ["INVENTORY"])
         evidence = self.extra.get("rollout_evidence_dir") or self.evidence
         lease = f"{self.extra['rollout_lease_s']} s" if "rollout_lease_s" in self.extra else "rollout_lease_s"
+        for host in sorted(self.hosts - set(self.phases)):
+            say(f"INTERRUPTED: {host}: this run recorded no phase there, so it never began to stop the original; "
+                "a lock or rendered candidate it left is taken over by the next run (its holder is gone)")
         for host, progress in sorted(self.phases.items()):
             if progress.get("phase") in SETTLED:
                 continue

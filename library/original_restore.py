@@ -21,8 +21,10 @@ description:
     and removes a container C(container)-candidate that outlived its unit (C(runtime) rm -f; none is not an error).
   - Unless the original serves on them, waits until no worker holds the GPUs (gpu_free), ending only the stopped
     engines' own stragglers.
-  - Checks the original's files against the snapshot (serving_snapshot); a changed original fails here, before
-    anything is started or overwritten, with both versions in the result.
+  - Checks the original's files against the snapshot (serving_snapshot); nothing is ever overwritten. An original
+    edited during the run (an operator's edit) follows the tool's rule, the operator's edit wins - it is started as
+    it is (after a daemon-reload), so a unit that serves is back and the candidate goes - and the action then fails
+    with both versions, naming renew.yml (adopt the edit) or undoing it and rollback.yml (the snapshot).
   - Starts the original (systemd_service) and waits for its health endpoint (engine_ready).
   - Removes the candidate unit, its drop-ins and copies (candidate_remove), records the phase C(restored) and
     stops the watchdog (the original serves again).

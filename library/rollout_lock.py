@@ -78,6 +78,14 @@ options:
     description: With state=held, fail - naming who took the lock over - unless this token still holds it.
     type: bool
     default: false
+  holder_dead:
+    description: >-
+      The controller found the holder's ansible-playbook process gone (action_plugins/rollout_lock.py sets it after
+      a refusal). A dead holder whose run recorded no phase on the host never began to stop the original (an
+      interrupt before any change): its lock is taken over like a stale one, returned as C(stale) for the caller
+      to remove the rendered candidate unit.
+    type: bool
+    default: false
   min_free_mib:
     description: >-
       Taking the lock, the free space the state folder must have (the snapshot, the state and decision records);
@@ -106,9 +114,16 @@ held:
   type: bool
   returned: when state is held
 stale:
-  description: The lock taken over because the host rebooted after it was taken (its content), else absent.
+  description: >-
+    The lock taken over because the host rebooted after it was taken, or its holder is dead and never began to
+    stop the original (its content), else absent.
   type: dict
   returned: when a stale lock was taken over
+stale_reason:
+  description: Why the stale lock was taken over.
+  type: str
+  returned: when a stale lock was taken over
+  sample: the host rebooted after it was taken, so nothing of that run runs here
 lease:
   description: The lease file renewed (state=held with lease_s, when held), else null.
   type: str
@@ -223,15 +238,22 @@ def boot_mark():
     return f"{kernel}/{init[1]}" if init else None
 
 
+def run_phase(lock, state_file):
+    """The phase the lock's own run last recorded on the host, or None (a 'restored' record carries no run id:
+    it is an earlier run's, never the holder's)."""
+    state = read_json(state_file) or {} if state_file else {}
+    return state.get("phase") if state.get("run_id") and state.get("run_id") == lock.get("run_id") else None
+
+
 def describe(lock, state_file):
     """Who holds the lock, since when, and where their run got to."""
     if UNREADABLE in lock:
         return (f"an unreadable lock ({lock[UNREADABLE]} bytes: empty or partial, left by a run that could not "
                 "write it whole), whose holder cannot be known")
-    state = read_json(state_file) or {}
-    phase = state.get("phase") if state.get("run_id") in (None, lock.get("run_id")) else None
-    return (f"run {lock.get('run_id')} by {lock.get('holder') or 'unknown'} since {lock.get('since')}"
-            + (f", last recorded phase '{phase}'" if phase else ""))
+    phase = run_phase(lock, state_file)
+    return (f"run {lock.get('run_id')} by {lock.get('holder') or 'unknown'} since {lock.get('since')}, "
+            + (f"last recorded phase '{phase}'" if phase else
+               "no phase recorded by that run (it had not begun to stop the original)"))
 
 
 def remove_lock(path):
@@ -239,6 +261,19 @@ def remove_lock(path):
     for found in (path, lease_path(path)):
         if os.path.lexists(found):
             os.remove(found)
+
+
+def stale_reason(current, holder_dead, state_file):
+    """Why a lock left by another run may be taken over without steal, or None: the host rebooted under that run
+    (nothing of it runs here any more), or its controller is gone and it recorded no phase (it never began to
+    stop the original: only its render is left)."""
+    if not current or UNREADABLE in current:
+        return None
+    if current.get("boot") and current.get("boot") != boot_mark():
+        return "the host rebooted after it was taken, so nothing of that run runs here"
+    if holder_dead and not run_phase(current, state_file):
+        return "its controller process is gone and it never began to stop the original"
+    return None
 
 
 def refuse_running_candidate(module, stale):
@@ -272,6 +307,7 @@ def main():
             "must_hold": {"type": "bool", "default": False},
             "candidate_unit": {"type": "str"},
             "min_free_mib": {"type": "float", "default": 0},
+            "holder_dead": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -298,9 +334,9 @@ def main():
         module.exit_json(changed=True, lock={})
     if mine:
         module.exit_json(changed=False, lock=current)
-    stale = None
-    if current and UNREADABLE not in current and current.get("boot") and current.get("boot") != boot_mark():
-        stale = current  # the host rebooted under that run: nothing of it runs here any more
+    why = stale_reason(current, p["holder_dead"], p["state_file"])
+    stale = current if why else None
+    if stale:
         refuse_running_candidate(module, stale)
     if current and not p["steal"] and not stale:
         module.fail_json(msg=f"another rollout holds {p['path']}: {describe(current, p['state_file'])}. If that run "
@@ -333,7 +369,7 @@ def main():
     if current:
         result["previous"] = current
     if stale:
-        result["stale"] = stale
+        result["stale"], result["stale_reason"] = stale, why
     module.exit_json(**result)
 
 

@@ -62,6 +62,12 @@ both_versions:
   type: list
   elements: str
   returned: when an existing snapshot differs from the files
+changed_files:
+  description: Each file that differs from the snapshot, with both hashes' first 12 characters.
+  type: list
+  elements: str
+  returned: when the files changed and the snapshot was not replaced (the failure)
+  sample: ["/etc/systemd/system/sglang.service: snapshot 3f9a0c1d2e4b now 77ab01c9d3e2"]
 """
 
 import difflib
@@ -148,7 +154,7 @@ def main():
                                  + "; ".join(changed_files) + ". If the change is intended (a key rotation, an "
                                  "operator's edit), adopt the current original as the new restore recipe with "
                                  "playbooks/renew.yml (it shows both versions and needs no candidate running)",
-                             both_versions=versions, snapshot=old, current=current)
+                             both_versions=versions, snapshot=old, current=current, changed_files=changed_files)
     manifest = {"schema": "serving-rollout.snapshot/v1", "unit": p["unit"],
                 "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "state": {k: p["state"].get(k) for k in ("UnitFileState", "ActiveState", "FragmentPath",

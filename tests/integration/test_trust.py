@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,127 @@ def test_full_evidence_disk_mid_run_says_restored_first_and_keeps_the_record_on_
     # No truncated document is left behind: every file there parses.
     for path in Path(folder).rglob("*.json"):
         json.loads(path.read_text())
+
+
+# ---- issue 52: someone is always responsible for a stopped original -------------------------------------------
+
+def lock_content():
+    text = lab("cat", LOCK, check=False).stdout
+    return json.loads(text) if text.strip() else {}
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_a_rollback_killed_after_its_take_over_leaves_the_duty_to_the_watchdog(lab_baseline):
+    """A run killed mid-cells, then a rollback that takes the lock over and is killed too (the CLI's second
+    Ctrl-C): the take-over renewed the lease, so the run's watchdog, which follows the lock, restores the
+    original when that lease lapses; the lock never names a dead rollback for good. Checked on the host: the unit
+    file byte for byte, ActiveState, NRestarts, no candidate, no lock."""
+    short = {"rollout_lease_s": 15, "rollout_stop_timeout_s": 10}
+    proc = start_background(**short, rollout_cell_requests=40)
+    wait_for_phase("candidate-running")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rollback = start_lab_playbook("rollback.yml", {**FAST, **short, "run_id": "rb-killed-after-take-over"})
+    try:
+        wait_until(lambda: lock_content().get("run_id") == "rb-killed-after-take-over", 120, "the take-over")
+    finally:
+        os.killpg(rollback.pid, signal.SIGKILL)
+        rollback.wait()
+    # the lease the take-over renewed (15 s), or the restore's own when it had begun (stop, GPUs, start: ~85 s)
+    wait_until(lambda: lab("test", "-e", LOCK, check=False).returncode == 1 and show()["ActiveState"] == "active",
+               300, "the watchdog's restore")
+    journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
+    assert "its holder is gone; restoring sglang.service" in journal, journal[-2000:]
+    assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+    assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+    assert files_hash() == lab_baseline[1]
+    lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
+    proof = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
+    assert proof.returncode == 0 and "ROLLBACK: sglang.service restored and proven" in proof.stdout, \
+        proof.stdout[-3000:]
+    assert_restored(*lab_baseline)
+
+
+def test_an_original_edited_mid_run_is_started_as_it_is_and_renew_then_rollback_work(lab_baseline):
+    """An operator edits the original mid-cells (a stop timeout): the run overwrites nothing, starts the edited
+    original (the operator's edit wins), removes the candidate and fails naming the edit and renew.yml; renew.yml
+    then adopts it and rollback.yml proves it - no circle, never nothing serving."""
+    edit = f"sed -i 's/^TimeoutStopSec=30$/TimeoutStopSec=45/' {UNIT}"
+    proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2)
+    try:
+        wait_for_phase("candidate-running")
+        lab("sh", "-c", edit)
+        out, _ = proc.communicate(timeout=400)
+        text = re.sub(r"\s+", " ", out)
+        assert proc.returncode != 0
+        assert "NOT restored exactly: sglang.service was edited during the run (/etc/systemd/system/sglang.service: " \
+               "snapshot" in text, text[-3000:]
+        assert "playbooks/renew.yml" in text
+        state = show()
+        assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state
+        assert "TimeoutStopSec=45" in lab("cat", UNIT).stdout  # never overwritten
+        assert lab("systemctl", "show", "-p", "TimeoutStopUSec", "--value", "sglang.service").stdout.strip() == "45s"
+        assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+        assert lab("test", "-e", LOCK, check=False).returncode == 1
+        renewed = run_playbook("renew.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab",
+                               local=False)
+        assert renewed.returncode == 0, renewed.stdout[-3000:]
+        proof = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab",
+                             local=False)
+        assert proof.returncode == 0, proof.stdout[-3000:]
+    finally:  # the lab's original as it was, adopted again
+        lab("sh", "-c", f"sed -i 's/^TimeoutStopSec=45$/TimeoutStopSec=30/' {UNIT} && systemctl daemon-reload")
+        assert run_playbook("renew.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab",
+                            local=False).returncode == 0
+    assert files_hash() == lab_baseline[1]
+
+
+@pytest.mark.parametrize("bad", [{"run_id": "x\n$(touch /tmp/planted-run-id) ; touch /tmp/planted-run-id"},
+                                 {"run_id": "fleet-X/x"}, {"run_id": "`touch /tmp/planted-run-id`"},
+                                 {"serving_recipe_unit": "../sglang.service"},
+                                 {"rollout_unit": "sglang.service\nExecStart=/bin/sh"}])
+def test_a_planted_run_id_or_unit_name_is_refused_by_value_before_anything_changes(lab_baseline, bad):
+    for playbook in ("candidate.yml", "rollback.yml"):
+        result = run_playbook(playbook, {**FAST, **bad}, inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert "refused before any change" in text and json.dumps(next(iter(bad.values())))[1:-1] in text, text[-2000:]
+    assert lab("test", "-e", "/tmp/planted-run-id", check=False).returncode == 1
+    assert lab("sh", "-c", "ls /var/lib/*.lock /var/lib/serving-rollout/*.lock 2>/dev/null",
+               check=False).stdout == ""
+    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+    assert not Path("/tmp/planted-run-id").exists()
+
+
+def test_an_interrupt_in_the_first_bracket_leaves_nothing_that_blocks_the_next_run(lab_baseline):
+    """Ctrl-C of ansible-playbook during the first baseline cells (before any change): its lock and rendered
+    candidate unit stay on the host, but its holder is dead and recorded no phase, so the next run takes the lock
+    over, removes the render and runs - one full rollout serves both halves."""
+    proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2)
+    seen = []
+    for line in proc.stdout:  # the banner of the first bracket's cells: the interrupt lands inside them
+        seen.append(line)
+        if line.startswith("TASK [") and "arm baseline-1" in line:
+            break
+    else:
+        raise AssertionError("".join(seen)[-3000:])
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    left = lock_content()
+    assert left.get("run_id") and show()["InvocationID"] == lab_baseline[0]  # the original never stopped
+    result = run_playbook("candidate.yml", FAST, inventory="inventory/lab", local=False, timeout=600)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode == 0, text[-3000:]
+    assert (f"took over the stale lock of run {left['run_id']}" in text
+            and "its controller process is gone and it never began to stop the original" in text), text[-3000:]
+    assert_restored(*lab_baseline)

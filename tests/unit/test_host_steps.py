@@ -99,7 +99,8 @@ def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_
         "ansible.builtin.command": {"rc": 0, "stdout": "sglang-candidate"},
         "gpu_free": {"summary": "", "terminated": []},
         "serving_snapshot": {"failed": True, "msg": "the original changed since its snapshot; nothing was overwritten",
-                             "both_versions": ["--- snapshot\n+++ now\n+# edited"]}})
+                             "both_versions": ["--- snapshot\n+++ now\n+# edited"],
+                             "changed_files": ["/etc/systemd/system/sglang.service: snapshot 3f9a now 77ab"]}})
     result = action.run(task_vars={})
     names = [name for name, _ in calls]
     # the duty stays covered while the restore runs: the lease renewed for it, the watchdog started for it
@@ -107,12 +108,16 @@ def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_
                          "rollout_watchdog", "rollout_phase"] and calls[4][1]["phase"] == "restoring"
     assert calls[2][1]["lease_s"] == 900 and calls[2][1]["token"] == "tok"
     assert calls[3][1].get("state", "started") == "started" and calls[3][1]["stop_timeout_s"] == 180
-    assert names[5:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot"]
+    assert names[5:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot",
+                         "ansible.builtin.systemd_service", "engine_ready", "candidate_remove"]
     assert calls[5][1]["unit"] == "sglang-candidate.service"
     assert calls[6][1]["argv"] == ["podman", "rm", "-f", "sglang-candidate"]
-    # a changed original: nothing started, both versions in the failure
-    assert result["failed"] and result["msg"].startswith("check the original's files against the snapshot: the "
-                                                         "original changed since its snapshot")
+    # an original edited during the run: never overwritten, started as it is (the operator's edit wins, after a
+    # daemon-reload), the candidate removed; then the failure names the edit and the next step
+    assert calls[9][1] == {"name": "sglang.service", "state": "started", "daemon_reload": True}
+    assert result["failed"] and result["msg"].startswith(
+        "NOT restored exactly: sglang.service was edited during the run (/etc/systemd/system/sglang.service: "
+        "snapshot 3f9a now 77ab)") and "playbooks/renew.yml" in result["msg"]
     assert result["both_versions"] == ["--- snapshot\n+++ now\n+# edited"]
     assert result["candidate_stop"] == {"stopped": True, "escalated": True, "how": "SIGKILL at the deadline"}
 

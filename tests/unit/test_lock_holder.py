@@ -150,3 +150,37 @@ def test_a_dead_holders_lock_is_taken_over():
     result = action.run(task_vars={"ansible_play_name": "rollback"})
     assert not result.get("failed") and "not running (the run is dead" in result["previous_liveness"]
     assert [call["state"] if "state" in call else "present" for call in calls] == ["held", "present"]
+
+
+def test_a_refusal_quotes_only_the_holders_own_phase(tmp_path):
+    state = tmp_path / "state.json"
+    lock = {"run_id": "R2", "holder": "root@ctl pid 9", "since": "2026-12-05T03:00:00Z"}
+    state.write_text(json.dumps({"phase": "restored", "unit": "u", "candidate": "c"}))  # an earlier run's end
+    assert rollout_lock.run_phase(lock, str(state)) is None
+    assert "no phase recorded by that run (it had not begun to stop the original)" in rollout_lock.describe(
+        lock, str(state))
+    state.write_text(json.dumps({"phase": "candidate-running", "run_id": "R1"}))  # another run's
+    assert rollout_lock.run_phase(lock, str(state)) is None
+    state.write_text(json.dumps({"phase": "stopping-original", "run_id": "R2"}))
+    assert rollout_lock.describe(lock, str(state)).endswith("last recorded phase 'stopping-original'")
+    assert rollout_lock.run_phase(lock, None) is None
+
+
+def test_a_dead_holder_is_asked_about_again_so_its_render_can_be_taken_over():
+    calls = []
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = {"run_id": "R1", **controller(gone.pid, start="1")}
+    action = lock_action([{"failed": True, "msg": "another rollout holds /l", "lock": dead},
+                          {"changed": True, "lock": {"token": "mine"}, "stale": dead,
+                           "stale_reason": "its controller process is gone"}], calls)({"path": "/l", "token": "mine"})
+    result = action.run(task_vars={"ansible_play_name": "candidate"})
+    assert not result.get("failed") and result["stale"] == dead
+    assert [call.get("holder_dead", False) for call in calls] == [False, True]
+    living = {"run_id": "R2", **controller(os.getpid())}
+    calls.clear()
+    refused = lock_action([{"failed": True, "msg": "another rollout holds /l", "lock": living}], calls)(
+        {"path": "/l", "token": "mine"}).run(task_vars={})
+    assert refused["failed"] and refused["msg"].endswith("alive (the run is still going; wait for it, or stop it "
+                                                         "first)")
+    assert len(calls) == 1
