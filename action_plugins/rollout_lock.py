@@ -6,8 +6,9 @@ that holder still runs. Both look at /proc on the controller, here, never on the
 - a refusal's message ends with the holder's liveness; a holder found dead is asked about again with
   holder_dead, so a run interrupted before it began to stop the original does not block the next one;
 - a lock taken over returns `previous_liveness` beside `previous`;
-- a take-over (steal) of a lock whose holder is alive on this controller is refused, naming it, before the lock
-  is touched: a living run, or another rollback, keeps its duty (it restores when it fails or is interrupted).
+- a take-over (steal) of a lock that another rollback holds (`restoring`) and whose process is alive on this
+  controller is refused, naming it, before the lock is touched: two rollbacks never act at once, and the living
+  one keeps its duty. A live run's lock is still taken over (a rollback stops its measuring at once).
 Other states pass through unchanged. Documentation: library/rollout_lock.py."""
 
 import os
@@ -30,29 +31,38 @@ class ActionModule(ActionBase):
         args.setdefault("holder", f"{os.environ.get('USER') or 'unknown'}@{me['host']} pid {me['pid']} "
                                   f"{task_vars.get('ansible_play_name', '')}".strip())
         if args.get("steal"):
-            refusal = self.living_holder(args, task_vars)
+            seen = self.read(args, task_vars)
+            refusal = self.living_rollback(args, seen)
             if refusal:
                 return refusal
+            if seen.get("token") and not seen.get("held"):
+                args["expect_token"] = seen["token"]  # taken over only if no one took it meanwhile
         result = self._execute_module(module_name="rollout_lock", module_args=args, task_vars=task_vars)
         if result.get("failed") and result.get("lock") and holder.alive(result["lock"]) is False:
             # a dead holder that never began to stop the original left only its render: the module takes it over
-            result = self._execute_module(module_name="rollout_lock", module_args={**args, "holder_dead": True},
-                                          task_vars=task_vars)
+            result = self._execute_module(module_name="rollout_lock", task_vars=task_vars, module_args={
+                **args, "holder_dead": True, "expect_token": result["lock"].get("token")})
         if result.get("failed") and result.get("lock"):
             result["msg"] = f"{result.get('msg', '')}. Holder: {holder.liveness(result['lock'])}"
         if result.get("previous"):
             result["previous_liveness"] = holder.liveness(result["previous"])
         return result
 
-    def living_holder(self, args, task_vars):
-        """A refusal when another holder of the lock still runs here, else None."""
+    def read(self, args, task_vars):
+        """The lock as it is now ({} when none), with held: whether this token holds it."""
         read = self._execute_module(module_name="rollout_lock", task_vars=task_vars,
                                     module_args={"path": args["path"], "token": args["token"], "state": "held",
                                                  "state_file": args.get("state_file")})
-        lock = read.get("lock") or {}
-        if read.get("held") or not holder.alive(lock):
+        return {**(read.get("lock") or {}), "held": bool(read.get("held"))}
+
+    @staticmethod
+    def living_rollback(args, lock):
+        """A refusal when another rollback holds the lock and still runs here, else None."""
+        if lock.get("held") or not lock.get("restoring") or not holder.alive(lock):
             return None
+        lock = {k: v for k, v in lock.items() if k != "held"}
         return {"failed": True, "lock": lock, "changed": False,
-                "msg": f"the lock {args['path']} is held by run {lock.get('run_id')} ({lock.get('holder')}), which "
-                       f"is still running: {holder.liveness(lock)}. It keeps the duty for the host and restores "
-                       "the original itself when it fails or is interrupted; nothing was taken over or changed"}
+                "msg": f"the lock {args['path']} is held by another rollback, run {lock.get('run_id')} "
+                       f"({lock.get('holder')}), which is still running: {holder.liveness(lock)}. It keeps the duty "
+                       "for the host (and hands it to the host's watchdog if it dies); nothing was taken over or "
+                       "changed. Wait for it, then run rollback.yml again to prove the host"}

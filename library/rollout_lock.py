@@ -13,8 +13,9 @@ description:
   - After writing, the lock is read back; the run proceeds only if it holds its own token.
   - A second run is refused with the holder, since when, the phase the holder's run last
     recorded on the host, and what to do when that run is no longer running (rollback.yml).
-  - C(steal) takes a lock held by another run (rollback.yml recovers from an interrupted run)
-    and returns the previous holder. C(state=held) reports whether this token still holds it
+  - C(steal) takes a lock held by another run (rollback.yml recovers from an interrupted run, or stops a live
+    run's measuring) and returns the previous holder; a lock taken with steal is marked C(restoring), and the
+    action refuses to take a living restoring holder's lock (two rollbacks never act at once). C(state=held) reports whether this token still holds it
     (a run checks it before touching the host in a rescue path).
   - Releasing a lock held by another token is refused, unless C(steal).
   - Every lock records the host's boot (the kernel's boot id and PID 1's start time, so a container's own
@@ -86,6 +87,11 @@ options:
       to remove the rendered candidate unit.
     type: bool
     default: false
+  expect_token:
+    description: >-
+      Taking a lock over, the token the controller saw in it (action_plugins/rollout_lock.py sets it); a lock that
+      holds another by then was taken by someone else first, and the take-over is refused naming them.
+    type: str
   min_free_mib:
     description: >-
       Taking the lock, the free space the state folder must have (the snapshot, the state and decision records);
@@ -134,6 +140,7 @@ previous:
   returned: when stolen
 """
 
+import fcntl
 import json
 import os
 import time
@@ -207,11 +214,18 @@ def renew_lease(path, seconds):
     return lease
 
 
-def take_over(path, lock, lease_s):
+def take_over(path, lock, lease_s, expect=None):
     """Replace another holder's lock with this one in one rename, its lease renewed first: a watchdog that
-    follows the lock never sees it missing nor a new holder with a lapsed lease. None, or the error to name."""
+    follows the lock never sees it missing nor a new holder with a lapsed lease. Under an exclusive flock of the
+    state folder, and only while the lock still holds the token `expect` (the one the controller judged), so of
+    two rollbacks taking the same lock over at once one wins and the other is refused. None, 'taken', or the
+    error to name."""
     tmp = f"{path}.{os.getpid()}.tmp"
+    guard = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if expect is not None and (read_lock(path) or {}).get("token") != expect:
+            return "taken"
         if lease_s:
             renew_lease(path, lease_s)
         with open(tmp, "w") as handle:
@@ -223,6 +237,7 @@ def take_over(path, lock, lease_s):
     except OSError as exc:
         return f"cannot write the lock {path}: {exc.strerror} ({free_space(os.path.dirname(path))})"
     finally:
+        os.close(guard)
         if os.path.lexists(tmp):
             os.unlink(tmp)
 
@@ -308,6 +323,7 @@ def main():
             "candidate_unit": {"type": "str"},
             "min_free_mib": {"type": "float", "default": 0},
             "holder_dead": {"type": "bool", "default": False},
+            "expect_token": {"type": "str", "no_log": False},
         },
         supports_check_mode=True,
     )
@@ -343,7 +359,8 @@ def main():
                              "is still going, wait for it; if it was killed, run rollback.yml, which takes the lock "
                              "over, restores the original and proves it", lock=current)
     lock = {"token": p["token"], "run_id": p["run_id"], "holder": p["holder"], "controller": p["controller"] or {},
-            "boot": boot_mark(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "boot": boot_mark(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "restoring": p["steal"]}  # a rollback's: another rollback never takes it while it lives
     if module.check_mode:
         module.exit_json(changed=True, lock=lock, previous=current)
     folder = os.path.dirname(p["path"])
@@ -354,8 +371,8 @@ def main():
     if free_mib(folder) < p["min_free_mib"]:
         module.fail_json(msg=f"cannot take the lock: the state folder {folder} has {free_mib(folder):.1f} MiB free, "
                              f"under the {p['min_free_mib']:g} MiB a run needs; nothing was written")
-    problem = take_over(p["path"], lock, p["lease_s"]) if current else write_whole(p["path"], lock)
-    if problem == "exists":
+    problem = take_over(p["path"], lock, p["lease_s"], p["expect_token"]) if current else write_whole(p["path"], lock)
+    if problem in ("exists", "taken"):
         holder = read_lock(p["path"]) or {}
         module.fail_json(msg=f"another rollout took {p['path']} first: {describe(holder, p['state_file'])}",
                          lock=holder)

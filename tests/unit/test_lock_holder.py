@@ -128,15 +128,26 @@ def lock_action(answers, calls):
     return make
 
 
-def test_a_take_over_of_a_living_holders_lock_is_refused_before_the_lock_is_touched():
+def test_a_take_over_of_a_living_rollbacks_lock_is_refused_before_the_lock_is_touched():
     calls = []
-    living = {"run_id": "R2", "holder": "root@ctl pid 1 rollback", **controller(os.getpid())}
+    living = {"run_id": "R2", "holder": "root@ctl pid 1 rollback", "restoring": True, **controller(os.getpid())}
     action = lock_action([{"held": False, "lock": living}], calls)(
         {"path": "/var/lib/serving-rollout/sglang.service.lock", "token": "mine", "steal": True, "lease_s": 600})
     result = action.run(task_vars={"ansible_play_name": "rollback"})
-    assert result["failed"] and "held by run R2 (root@ctl pid 1 rollback), which is still running" in result["msg"]
+    assert result["failed"] and "held by another rollback, run R2 (root@ctl pid 1 rollback), which is still " \
+        "running" in result["msg"]
     assert "nothing was taken over or changed" in result["msg"]
     assert [call["state"] for call in calls] == ["held"]  # read only: never present with steal
+
+
+def test_a_living_runs_lock_is_taken_over_by_a_rollback():
+    calls = []
+    running = {"run_id": "R3", "restoring": False, **controller(os.getpid())}
+    action = lock_action([{"held": False, "lock": running}, {"changed": True, "lock": {"token": "mine"},
+                                                            "previous": running}], calls)(
+        {"path": "/l", "token": "mine", "steal": True, "lease_s": 600})
+    result = action.run(task_vars={})
+    assert not result.get("failed") and "alive" in result["previous_liveness"] and len(calls) == 2
 
 
 def test_a_dead_holders_lock_is_taken_over():
@@ -184,3 +195,14 @@ def test_a_dead_holder_is_asked_about_again_so_its_render_can_be_taken_over():
     assert refused["failed"] and refused["msg"].endswith("alive (the run is still going; wait for it, or stop it "
                                                          "first)")
     assert len(calls) == 1
+
+
+def test_of_two_take_overs_of_one_lock_the_second_is_refused(tmp_path):
+    """Each rollback judged the dead run's lock (token 'dead'); the first takes it over, the second finds another
+    token by then and is refused, the first's lock untouched."""
+    path = tmp_path / "sglang.service.lock"
+    path.write_text(json.dumps({"token": "dead"}))
+    assert rollout_lock.take_over(str(path), {"token": "first"}, 600, expect="dead") is None
+    assert rollout_lock.take_over(str(path), {"token": "second"}, 600, expect="dead") == "taken"
+    assert json.loads(path.read_text()) == {"token": "first"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sglang.service.lock", "sglang.service.lock.lease"]
