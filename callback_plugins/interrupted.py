@@ -1,6 +1,7 @@
 """Callback: a run that ends before its play does (Ctrl-C, SIGTERM) says, per host, the state it left
 and the one command that recovers it, and records "interrupted" with the phase in the fleet summary
-and the host's evidence folder.
+and the host's evidence folder. A host the controller loses (UNREACHABLE) mid-run is said the same way at
+once - its watchdog's duty and the command that proves the host afterwards - and recorded "lost".
 
 Ansible runs no rescue on an interrupt, so nothing on the host is restored by this run; the host's
 own watchdog restores the original once the lease the run renewed runs out (rollout_lease_s), and
@@ -54,19 +55,31 @@ def recovery_text(host, phase, run_id, inventory, lease_s):
             f"To restore and prove it now: ansible-playbook -i {inventory} playbooks/rollback.yml --limit {host}")
 
 
-def record_interrupted(evidence, run_id, host, phase):
+def lost_text(host, phase, run_id, inventory, lease_s, last_seen):
+    if not phase:
+        return (f"LOST: {host} is unreachable; this run recorded no phase there, so it never began to stop the "
+                "original")
+    return (f"LOST: {host} is unreachable at phase '{phase}' of run {run_id}. Its watchdog holds the duty: it "
+            f"restores the original itself once the lease lapses (renewed last at or before {last_seen} UTC, this "
+            f"host's last answer, for {lease_s} beyond the chunk it covered). Afterwards, to prove it: "
+            f"ansible-playbook -i {inventory} playbooks/rollback.yml --limit {host}")
+
+
+def record_interrupted(evidence, run_id, host, phase, lost=False):
     """The host's fleet record (when the run is a fleet run) and an interrupted.json in its evidence folder."""
     from serving_rollout import fleet
 
     note = {"schema": "serving-rollout.interrupted/v1", "run_id": run_id, "host": host, "phase": phase,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lost": lost}
     folder = Path(evidence) / host / f"rollout-{run_id}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "interrupted.json").write_text(json.dumps(note, indent=2) + "\n")
     if (Path(evidence) / f"fleet-{run_id}" / "hosts.json").exists():
         with fleet.locked(evidence):
-            fleet.record(evidence, run_id, host, {"interrupted": True, "failure": f"interrupted at phase {phase}",
-                                                  "evidence": str(folder.relative_to(evidence))})
+            fleet.record(evidence, run_id, host, {
+                "lost" if lost else "interrupted": True,
+                "failure": f"{'unreachable' if lost else 'interrupted'} at phase {phase}",
+                "evidence": str(folder.relative_to(evidence))})
 
 
 def stop_workers(pid):
@@ -92,7 +105,7 @@ class CallbackModule(CallbackBase):
     def __init__(self):
         super().__init__()
         self.phases, self.finished, self.reported, self.extra, self.evidence = {}, False, False, {}, None
-        self.hosts = set()  # every host a task ran on
+        self.hosts = {}  # every host a task ran on: when it last answered (UTC)
         self.main_pid = os.getpid()
         atexit.register(self.report)
         # Loaded after the task queue manager set its handlers: these replace them (see the module's doc).
@@ -125,10 +138,29 @@ class CallbackModule(CallbackBase):
         self.extra = dict(play.get_variable_manager().extra_vars or {})
 
     def v2_runner_on_ok(self, result):
-        self.hosts.add(result._host.get_name())
+        self.hosts[result._host.get_name()] = time.strftime("%H:%M:%S", time.gmtime())
         progress = (result._result.get("ansible_facts") or {}).get("rollout_progress")
         if isinstance(progress, dict) and progress.get("kind") == "phase":
             self.phases[result._host.get_name()] = progress
+
+    def v2_runner_on_unreachable(self, result):
+        host = result._host.get_name()
+        progress = self.phases.get(host) or {}
+        phase = progress.get("phase") if progress.get("phase") not in SETTLED else None
+        say(lost_text(host, phase, progress.get("run_id"), self.inventory(), self.lease(),
+                      self.hosts.get(host, "?")))
+        if phase:
+            try:
+                record_interrupted(self.extra.get("rollout_evidence_dir") or self.evidence, progress.get("run_id"),
+                                   host, phase, lost=True)
+            except (OSError, ValueError) as exc:
+                say(f"LOST: {host}: could not record it: {exc}")
+
+    def inventory(self):
+        return ",".join(context.CLIARGS.get("inventory") or ["INVENTORY"])
+
+    def lease(self):
+        return f"{self.extra['rollout_lease_s']} s" if "rollout_lease_s" in self.extra else "rollout_lease_s"
 
     def v2_playbook_on_stats(self, stats):
         self.finished = True
@@ -137,10 +169,9 @@ class CallbackModule(CallbackBase):
         if self.finished or self.reported or os.getpid() != self.main_pid:
             return
         self.reported = True
-        inventory = ",".join(context.CLIARGS.get("inventory") or ["INVENTORY"])
+        inventory, lease = self.inventory(), self.lease()
         evidence = self.extra.get("rollout_evidence_dir") or self.evidence
-        lease = f"{self.extra['rollout_lease_s']} s" if "rollout_lease_s" in self.extra else "rollout_lease_s"
-        for host in sorted(self.hosts - set(self.phases)):
+        for host in sorted(set(self.hosts) - set(self.phases)):
             say(f"INTERRUPTED: {host}: this run recorded no phase there, so it never began to stop the original; "
                 "a lock or rendered candidate it left is taken over by the next run (its holder is gone)")
         for host, progress in sorted(self.phases.items()):

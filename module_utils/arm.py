@@ -159,6 +159,24 @@ def endurance_failure(verdict, scan):
     return None
 
 
+def chunk_lease(lease_s, requests, concurrency, timeout_s, remeasure_max):
+    """The lease renewed before a chunk: the run's own beyond the chunk's worst case (every request to its
+    timeout, each wave measured again up to remeasure_max times), so the host's watchdog never acts while a
+    chunk of a living controller runs (a stalled candidate holds each request to its timeout)."""
+    waves = -(-int(requests) // max(int(concurrency), 1))
+    return int(lease_s) + int(waves * float(timeout_s) * (1 + int(remeasure_max)))
+
+
+def stalled(chunk, timeout_s):
+    """Why a chunk shows a hang, or None: every one of its requests ended at its timeout (the engine took them
+    and answered none). Named after one chunk: at most chunk x timeout_s / concurrency after the stall began."""
+    records = chunk.get("requests") or []
+    if records and all(str(r.get("error") or "").startswith("TimeoutError") for r in records):
+        return (f"the engine stalled (a hang): all {len(records)} requests of the last chunk timed out after "
+                f"{float(timeout_s):g} s each")
+    return None
+
+
 def lock_lost(lock_result):
     """Why the run must stop measuring when rollout_lock (state held) says it lost its lock, else None."""
     if lock_result.get("held"):

@@ -40,6 +40,8 @@ def outcome_of(record):
     (the A/B decision dict or None)."""
     if record.get("interrupted"):  # the controller was stopped mid-run (callback_plugins/interrupted.py)
         return "interrupted"
+    if record.get("lost"):  # the controller lost the host mid-run; its watchdog holds the duty
+        return "lost"
     if record.get("failure"):
         if not record.get("entered_candidate_phase"):
             return "refused"

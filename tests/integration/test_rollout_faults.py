@@ -112,7 +112,7 @@ def test_a_failure_after_the_first_lease_but_before_the_stop_leaves_the_original
     """A failure inside the candidate phase before the original was stopped (here a folder where the
     host-side watchdog's script goes, which would have taken the script inside it and left no watchdog):
     the original never stopped, so the same invocation serving is the proof, never a false 'NOT restored'."""
-    watchdog = "/var/lib/serving-rollout/sglang.service/watchdog.sh"
+    watchdog = "/var/lib/serving-rollout/sglang.service/watchdog.py"
     lab("sh", "-c", f"rm -rf {watchdog} && mkdir -p {watchdog}")  # a folder where the script goes
     try:
         result = rollout()
@@ -121,7 +121,7 @@ def test_a_failure_after_the_first_lease_but_before_the_stop_leaves_the_original
     assert result.returncode != 0
     message = re.sub(r"\s+", " ", result.stdout)
     assert "failed and the original was restored and proven; cause: Start the host-side watchdog" in message \
-        and "the watchdog script goes to /var/lib/serving-rollout/sglang.service/watchdog.sh, where a folder is " \
+        and "the watchdog goes to /var/lib/serving-rollout/sglang.service/watchdog.py, where a folder is " \
             "(remove it)" in message, message[-3000:]
     state = show()
     assert state["ActiveState"] == "active" and state["InvocationID"] == lab_baseline[0], state  # never stopped

@@ -367,3 +367,50 @@ def test_an_interrupt_in_the_first_bracket_leaves_nothing_that_blocks_the_next_r
     assert (f"took over the stale lock of run {left['run_id']}" in text
             and "its controller process is gone and it never began to stop the original" in text), text[-3000:]
     assert_restored(*lab_baseline)
+
+
+def test_an_inactive_disabled_original_is_refused_before_its_snapshot_is_written(lab_baseline):
+    """A unit that does not serve (inactive, disabled) is refused by name before anything is written: no snapshot
+    (a copy of its EnvironmentFiles among it), no candidate unit, no lock left."""
+    off = "/etc/systemd/system/sglang-off.service"
+    lab("sh", "-c", f"cp {UNIT} {off} && systemctl daemon-reload")
+    try:
+        result = run_playbook("candidate.yml", {**FAST, "serving_recipe_unit": "sglang-off.service"},
+                              inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert ("refused before any change: sglang-off.service is not serving (ActiveState=inactive, SubState=dead, "
+                "UnitFileState=disabled)") in text, text[-3000:]
+        assert "has no attribute" not in text
+        assert lab("test", "-e", "/var/lib/serving-rollout/sglang-off.service", check=False).returncode == 1
+        assert lab("test", "-e", "/etc/systemd/system/sglang-off-candidate.service", check=False).returncode == 1
+        assert lab("test", "-e", "/var/lib/serving-rollout/sglang-off.service.lock", check=False).returncode == 1
+    finally:
+        lab("sh", "-c", f"rm -rf {off} /var/lib/serving-rollout/sglang-off.service*; systemctl daemon-reload")
+    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+
+
+def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_living_run(lab_baseline):
+    """The double's stall_after fault: from its 24th request on no request gets a token (the gates and the
+    numerics probe come before, so the stall meets the candidate's cells). Every request of a chunk then runs to
+    its 5 s timeout - longer than the 15 s lease for a chunk of four - yet the lease renewed before each chunk
+    covers the chunk's worst case, so the host's watchdog never acts behind the living run; the run names the hang
+    after one stalled chunk and restores."""
+    lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo stall_after:24 > {FAULTS}")
+    since = lab("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+    result = run_playbook("candidate.yml", {**FAST, "rollout_cell_requests": 40, "rollout_cell_progress_every": 4,
+                                            "rollout_cell_request_timeout_s": 5, "rollout_lease_s": 15},
+                          inventory="inventory/lab", local=False, timeout=900)
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert result.returncode != 0
+    assert re.search(r"cell 1k candidate, requests \d+\.\.: the engine stalled \(a hang\): all 4 requests of the "
+                     r"last chunk timed out after 5 s each", text), text[-3000:]
+    assert "failed and the original was restored and proven" in text, text[-3000:]
+    assert "taken over" not in text, text[-3000:]
+    journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "--since", since, "-o", "cat",
+                  "--no-pager").stdout
+    assert "restoring" not in journal, journal[-2000:]  # the watchdog never acted behind the living run
+    assert lab("sh", "-c", "ls /var/lib/serving-rollout/sglang.service/watchdog-*.json",
+               check=False).returncode != 0
+    assert_restored(*lab_baseline)

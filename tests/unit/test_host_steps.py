@@ -282,3 +282,25 @@ def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verd
     assert result["verdict"]["ok"] and result["verdict"]["requests"] == 2 and result["scan"]["crashed"]
     assert calls[-1] == ("journal_scan", {"unit": "sglang-candidate.service", "engine": "sglang", "known_noise": [],
                                           "extra_error_patterns": [], "env_files": []})
+
+
+# ---- latency_arm: the lease covers a chunk's worst case; a stalled candidate is named a hang -----------------
+
+def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_and_its_lease_covered_that_chunk():
+    timed_out = {"error": "TimeoutError: timed out", "e2e_s": None, "ttft_s": None}
+    chunk = {"name": "1k", "arm": "candidate", "requests": [dict(timed_out, index=i) for i in range(2)],
+             "failures": 2, "contract_violations": [], "elapsed_s": 60.0}
+    args = {"arm": "candidate", "cell": {"name": "1k", "prompt_tokens": 1000}, "requests": 12, "chunk": 2,
+            "bracket": 4, "sequential": False, "base_url": "http://127.0.0.1:30000", "timeout_s": 30,
+            "remeasure_max": 0, "lock_path": "/l", "lock_token": "tok", "lease_s": 15,
+            "candidate_unit": "sglang-candidate.service",
+            "candidate_identity": {"MainPID": "7", "NRestarts": "0", "InvocationID": "i1"}}
+    action, calls = scripted("latency_arm", args, {
+        "rollout_lock": {"held": True}, "ansible.builtin.systemd_service": {"status": {
+            "ActiveState": "active", "MainPID": "7", "NRestarts": "0", "InvocationID": "i1"}},
+        "latency_cell": {"cell": chunk}})
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert result["failed"] and result["msg"] == ("cell 1k candidate, requests 1..: the engine stalled (a hang): all "
+                                                  "2 requests of the last chunk timed out after 30 s each")
+    assert [name for name, _ in calls] == ["rollout_lock", "ansible.builtin.systemd_service", "latency_cell"]
+    assert calls[0][1]["lease_s"] == 15 + 2 * 30  # the run's lease beyond the chunk's worst case
