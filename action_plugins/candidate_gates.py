@@ -8,6 +8,7 @@ Documentation: library/candidate_gates.py."""
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout.host_steps import StepsAction
+from serving_rollout.module_utils.arm import engine_changed
 from serving_rollout.module_utils.gates import failed_gate_message, not_qualified_records
 
 # The gates that also go through the router: what a client behind it meets first.
@@ -16,7 +17,8 @@ ROUTED = ("smoke", "json")
 
 class ActionModule(StepsAction):
     REQUIRED = ("base_url", "gates", "model", "timeout_s")
-    OPTIONAL = ("not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth", "contract_words")
+    OPTIONAL = ("not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth", "contract_words",
+                "candidate_unit", "candidate_identity")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def initial(self):
@@ -42,4 +44,16 @@ class ActionModule(StepsAction):
         done["records"] += skipped
         failed = [record for record in done["records"] if record["verdict"] not in ("pass", "not-qualified")]
         if failed:
-            raise AnsibleActionFail(failed_gate_message(failed[0]))
+            raise AnsibleActionFail(self.crashed(args, steps) or failed_gate_message(failed[0]))
+
+    @staticmethod
+    def crashed(args, steps):
+        """The candidate engine's exit or restart since it became ready, with the first failed gate beside it, or
+        None (a gate that fails against a living engine is the gate's own failure)."""
+        if not args.get("candidate_unit"):
+            return None
+        status = steps.module(f"read {args['candidate_unit']}", "ansible.builtin.systemd_service",
+                              name=args["candidate_unit"]).get("status") or {}
+        changed = engine_changed(args.get("candidate_identity") or {}, status, "gates")
+        first = next(r for r in steps.done["records"] if r["verdict"] not in ("pass", "not-qualified"))
+        return f"{changed} (first failed gate: {failed_gate_message(first)})" if changed else None

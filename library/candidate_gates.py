@@ -12,6 +12,9 @@ description:
     C(router_url), the smoke and JSON gates through the router (phase candidate-routed).
   - Every gate runs even after one fails, so every record is returned; the task then fails naming the first
     failed gate, its reason and what it observed.
+  - When a gate fails and C(candidate_unit) is given, the candidate's systemd state is read; an engine that
+    exited or restarted since it became ready (C(candidate_identity)) is named as the cause, the gate's own
+    failure (a refused connection) beside it.
   - A gate named in C(not_qualified) (a gate that cannot be meaningful on the host's model) is a record with
     verdict not-qualified and its reason; it is never run and never passed.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
@@ -31,6 +34,8 @@ options:
   target_tokens: {description: Prompt size for needle and tool_call (words)., type: int}
   depth: {description: Needle depth, 0 (start) to 1 (end)., type: float}
   contract_words: {description: Exact word count of the strict output contract., type: int}
+  candidate_unit: {description: "The candidate's unit, read when a gate fails (empty - not read).", type: str, default: ""}
+  candidate_identity: {description: "The candidate's MainPID, InvocationID, NRestarts at ready.", type: dict, default: {}}
 author: serving-rollout
 """
 

@@ -119,6 +119,54 @@ def both_versions(entry, current_path):
                                         fromfile=f"snapshot of {current_path}", tofile=f"{current_path} now"))
 
 
+def write_snapshot(dest, current, manifest, manifest_path):
+    """Copy the files, verify the copies and write the manifest, whole or not at all. The copies go to a staging
+    folder first and are verified there, then replace the earlier copies in one rename, then the manifest is
+    written; any failure (a full disk) takes this attempt's copies back and puts the earlier ones back, so no
+    stray copy of a secret-bearing file stays. None, or what failed and - checked, not assumed - what is left."""
+    files_dir, staging = os.path.join(dest, "files"), os.path.join(dest, f".files-{os.getpid()}")
+    old, swapped, had_old = staging + ".old", False, os.path.isdir(os.path.join(dest, "files"))
+    try:
+        os.makedirs(dest, mode=0o700, exist_ok=True)
+        os.chmod(dest, 0o700)
+        os.makedirs(staging, mode=0o700)
+        for index, info in enumerate(current):
+            name = f"{index:02d}-{os.path.basename(info['path'])}"
+            shutil.copyfile(info["path"], os.path.join(staging, name))
+            os.chmod(os.path.join(staging, name), 0o600)
+            if sha256_of(os.path.join(staging, name)) != info["sha256"]:
+                raise ValueError(f"copy of {info['path']} does not match its source")
+            manifest["files"].append({**info, "copy": os.path.join(files_dir, name)})
+        if os.path.isdir(files_dir):
+            os.rename(files_dir, old)
+        os.rename(staging, files_dir)
+        swapped = True
+        write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{why} ({free_space(dest)}); {undo_snapshot(files_dir, staging, old, swapped, had_old)}"
+    shutil.rmtree(old, ignore_errors=True)
+    return None
+
+
+def undo_snapshot(files_dir, staging, old, swapped, had_old):
+    """Take a failed attempt's copies back and the earlier ones back in place; say what is left, as found."""
+    shutil.rmtree(staging, ignore_errors=True)
+    if swapped:  # files_dir holds this attempt's copies
+        shutil.rmtree(files_dir, ignore_errors=True)
+    try:
+        if os.path.isdir(old) and not os.path.lexists(files_dir):
+            os.rename(old, files_dir)
+    except OSError:
+        pass  # named below: the earlier copies stay under their temporary name
+    left = [path for path in (staging, old) if os.path.lexists(path)]
+    if swapped and os.path.lexists(files_dir) and not had_old:  # this attempt's copies, there was no earlier one
+        left.append(files_dir)
+    if left:
+        return f"this attempt's copies could NOT all be removed: {', '.join(left)} (remove them by hand)"
+    return "nothing of this attempt was left behind (checked); an earlier snapshot is as it was"
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -167,34 +215,9 @@ def main():
     if module.check_mode:
         module.exit_json(changed=True, manifest={**manifest, "files": current}, snapshot_path=p["dest"],
                          both_versions=versions)
-    files_dir = os.path.join(p["dest"], "files")
-    # The copies go to a staging folder first and are verified there: a failure (a full disk) removes
-    # the staging folder - no partial snapshot, no stray copy of a secret-bearing file - and leaves
-    # an earlier snapshot as it was.
-    staging = os.path.join(p["dest"], f".files-{os.getpid()}")
-    try:
-        os.makedirs(p["dest"], mode=0o700, exist_ok=True)
-        os.chmod(p["dest"], 0o700)
-        os.makedirs(staging, mode=0o700)
-        for index, info in enumerate(current):
-            name = f"{index:02d}-{os.path.basename(info['path'])}"
-            shutil.copyfile(info["path"], os.path.join(staging, name))
-            os.chmod(os.path.join(staging, name), 0o600)
-            if sha256_of(os.path.join(staging, name)) != info["sha256"]:
-                raise ValueError(f"copy of {info['path']} does not match its source")
-            manifest["files"].append({**info, "copy": os.path.join(files_dir, name)})
-        if os.path.isdir(files_dir):
-            os.rename(files_dir, staging + ".old")
-        os.rename(staging, files_dir)
-        write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o600)
-    except (OSError, ValueError) as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if os.path.isdir(staging + ".old") and not os.path.isdir(files_dir):
-            os.rename(staging + ".old", files_dir)
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        module.fail_json(msg=f"snapshot not taken in {p['dest']}: {why} ({free_space(p['dest'])}); "
-                             "nothing of this attempt was left behind, the original was not touched")
-    shutil.rmtree(staging + ".old", ignore_errors=True)
+    problem = write_snapshot(p["dest"], current, manifest, manifest_path)
+    if problem:
+        module.fail_json(msg=f"snapshot not taken in {p['dest']}: {problem}; the original was not touched")
     module.exit_json(changed=True, manifest=manifest, snapshot_path=p["dest"], both_versions=versions)
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
@@ -261,29 +261,48 @@ def wait_until(condition, timeout, what):
     raise AssertionError(f"{what}: not within {timeout} s")
 
 
-def test_a_rollback_killed_after_its_take_over_leaves_the_duty_to_the_watchdog(lab_baseline):
-    """A run killed mid-cells, then a rollback that takes the lock over and is killed too (the CLI's second
-    Ctrl-C): the take-over renewed the lease, so the run's watchdog, which follows the lock, restores the
-    original when that lease lapses; the lock never names a dead rollback for good. Checked on the host: the unit
-    file byte for byte, ActiveState, NRestarts, no candidate, no lock."""
-    short = {"rollout_lease_s": 15, "rollout_stop_timeout_s": 10}
-    proc = start_background(**short, rollout_cell_requests=40)
-    wait_for_phase("candidate-running")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    rollback = start_lab_playbook("rollback.yml", {**FAST, **short, "run_id": "rb-killed-after-take-over"})
+def test_a_second_ctrl_c_leaves_the_duty_to_the_watchdog_which_kills_a_candidate_ignoring_sigterm(lab_baseline):
+    """bin/serving-rollout, Ctrl-C mid-cells: it starts its rollback, which takes the lock over (renewing the
+    lease); a second Ctrl-C ends that rollback. The CLI says the duty is the watchdog's, and it is: the watchdog,
+    which follows the lock, restores once that lease lapses - here against a candidate that ignores SIGTERM under
+    TimeoutStopSec=infinity, killed at the restore's own deadline (10 s), never a plain stop that hangs. Checked
+    on the host: the unit file byte for byte, ActiveState, NRestarts, no candidate, no lock."""
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo ignore_sigterm > {FAULTS}")
+    short = {"rollout_lease_s": 15, "rollout_stop_timeout_s": 10, "rollout_cell_requests": 40,
+             "rollout_cell_progress_every": 2}
+    before = lab("cat", STATE, check=False).stdout
+    cli = subprocess.Popen([str(REPO / "bin" / "serving-rollout"), "run", "candidate", "-i", "inventory/lab",
+                            "--evidence", EVIDENCE, "-e", json.dumps({**FAST, **short})],
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
     try:
-        wait_until(lambda: lock_content().get("run_id") == "rb-killed-after-take-over", 120, "the take-over")
+        wait_until(lambda: lab("cat", STATE, check=False).stdout != before
+                   and '"candidate-running"' in lab("cat", STATE, check=False).stdout, 300, "candidate-running")
+        lab("sh", "-c", "mkdir -p /etc/systemd/system/sglang-candidate.service.d && printf '[Service]\\n"
+                        "TimeoutStopSec=infinity\\n' > /etc/systemd/system/sglang-candidate.service.d/"
+                        "infinity.conf && systemctl daemon-reload")
+        cli.send_signal(signal.SIGINT)
+        wait_until(lambda: lock_content().get("restoring") is True, 180, "the rollback's take-over")
+        cli.send_signal(signal.SIGINT)
+        output = cli.communicate(timeout=300)[0]
     finally:
-        os.killpg(rollback.pid, signal.SIGKILL)
-        rollback.wait()
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+    said = re.sub(r"\s+", " ", output)
+    assert cli.returncode != 0
+    assert "rollback interrupted too. Where the run had stopped an original, the host's watchdog holds the duty" \
+        in said, said[-3000:]
     # the lease the take-over renewed (15 s), or the restore's own when it had begun (stop, GPUs, start: ~85 s)
     wait_until(lambda: lab("test", "-e", LOCK, check=False).returncode == 1 and show()["ActiveState"] == "active",
                300, "the watchdog's restore")
     journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
     assert "its holder is gone; restoring sglang.service" in journal, journal[-2000:]
+    record = json.loads(lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-*.json").stdout)
+    assert record["original"] == "active" and record["failures"] == [], record
+    assert "ignored its stop for 10 s" in record["candidate_stop"] or "already" in record["candidate_stop"], record
     assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
     assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+    assert lab("test", "-e", CANDIDATE + ".d", check=False).returncode == 1  # its drop-ins went with it
     assert files_hash() == lab_baseline[1]
     lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
     proof = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
@@ -366,6 +385,8 @@ def test_an_interrupt_in_the_first_bracket_leaves_nothing_that_blocks_the_next_r
     assert result.returncode == 0, text[-3000:]
     assert (f"took over the stale lock of run {left['run_id']}" in text
             and "its controller process is gone and it never began to stop the original" in text), text[-3000:]
+    assert re.search(r"ROLLOUT: lab-gpu-1 sglang\.service, candidate p2p: (acceptable|not acceptable|inconclusive|"
+                     r"reject) \(.*\); the original restored and proven; evidence ", text), text[-3000:]
     assert_restored(*lab_baseline)
 
 

@@ -199,6 +199,28 @@ def test_every_candidate_gate_runs_after_one_fails_and_the_first_failure_is_name
     assert all(args["api_key_var"] == "SGLANG_API_KEY" and "api_key" not in args for _, args in calls)
 
 
+def test_a_candidate_that_crashed_during_its_gates_is_named_the_cause_not_the_refused_connection():
+    identity = {"MainPID": "77", "InvocationID": "inv1", "NRestarts": "0"}
+    args = {**GATE_ARGS, "candidate_unit": "sglang-candidate.service", "candidate_identity": identity}
+    refused = "[Errno 111] Connection refused"
+    action, calls = scripted("candidate_gates", args, {
+        "engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate", "fail", refused, None),
+                        gate_record("needle", "candidate", "fail", refused, None)],
+        "ansible.builtin.systemd_service": {"status": {"ActiveState": "failed", "MainPID": "0",
+                                                       "InvocationID": "inv1", "NRestarts": "0"}}})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"].startswith("the candidate engine exited during the gates: ActiveState "
+                                                         "failed, MainPID 77 -> 0")
+    assert result["msg"].endswith(f"(first failed gate: gate json failed (candidate): {refused}; observed None)")
+    assert calls[-1] == ("ansible.builtin.systemd_service", {"name": "sglang-candidate.service"})
+    # a gate that fails against the same living engine is the gate's own failure
+    action, _ = scripted("candidate_gates", args, {
+        "engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate", "fail", "HTTP 500", None),
+                        gate_record("needle", "candidate")],
+        "ansible.builtin.systemd_service": {"status": {"ActiveState": "active", **identity}}})
+    assert action.run(task_vars={})["msg"] == "gate json failed (candidate): HTTP 500; observed None"
+
+
 def test_a_not_qualified_gate_is_a_record_and_never_runs():
     action, calls = scripted("candidate_gates", {**GATE_ARGS, "not_qualified": {"needle": "random weights"}},
                              {"engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate")]})
