@@ -435,3 +435,23 @@ def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_l
     assert lab("sh", "-c", "ls /var/lib/serving-rollout/sglang.service/watchdog-*.json",
                check=False).returncode != 0
     assert_restored(*lab_baseline)
+
+
+def test_two_rollbacks_at_once_never_both_act_and_each_ends_with_its_rollback_line(lab_baseline):
+    """A run killed mid-cells, then two rollback.yml started together: the take-over is a compare-and-swap and a
+    living rollback's lock is never taken, so one restores while the other is refused naming it (or, started
+    after the first released, proves a restored host); both end with their one ROLLBACK: line."""
+    proc = start_background(rollout_cell_requests=40, rollout_cell_progress_every=2)
+    wait_for_phase("candidate-running")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    both = [start_lab_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}) for _ in range(2)]
+    outputs = [re.sub(r"\s+", " ", p.communicate(timeout=600)[0]) for p in both]
+    lines = [re.findall(r"ROLLBACK: sglang\.service (restored and proven|NOT restored: [^\"]{0,300})", out)
+             for out in outputs]
+    assert all(len(found) == 1 for found in lines), [out[-2000:] for out in outputs]
+    said = sorted(found[0] for found in lines)
+    assert said[0] == "restored and proven", said
+    assert said[1] == "restored and proven" or "is held by another rollback" in said[1] \
+        or "another rollout took" in said[1], said
+    assert_restored(*lab_baseline)
