@@ -9,6 +9,8 @@ the records after every change, under one lock, so they are current even when th
         finished: killed or unreachable), the batch is not started (its hosts are recorded
         not-started) and {"stop": true, ...} is printed; else its hosts are recorded started
   record EVIDENCE RUN_ID HOST   (the host's outcome as JSON on stdin)
+  lost EVIDENCE RUN_ID HOST     (why, as text on stdin) a host whose row still says started - its run was
+        killed, and a rollback took its lock over - is recorded lost; any other row is left as it is
   summary EVIDENCE RUN_ID       print summary.json
 """
 
@@ -164,11 +166,24 @@ def record(evidence, run_id, host, facts):
     return doc
 
 
+def mark_lost(evidence, run_id, host, why):
+    """A killed run's host row that still says started, recorded lost with why; None when there is no such row
+    (not a fleet run here, or the row already ended: interrupted, refused, an outcome)."""
+    fleet = Path(evidence) / f"fleet-{run_id}"
+    if not (fleet / "hosts.json").exists() or (load_records(fleet).get(host) or {}).get("outcome") != "started":
+        return None
+    return record(evidence, run_id, host, {"lost": True, "failure": why})
+
+
 def main(argv):
     try:
         if len(argv) == 5 and argv[0] == "begin":
             with locked(argv[1]):
                 print(json.dumps(begin(argv[1], argv[2], argv[3].split(","), argv[4].split(","))))
+            return
+        if len(argv) == 4 and argv[0] == "lost":
+            with locked(argv[1]):
+                print(json.dumps(mark_lost(argv[1], argv[2], argv[3], sys.stdin.read().strip())))
             return
         if len(argv) == 4 and argv[0] == "record":
             try:

@@ -445,6 +445,7 @@ def test_two_rollbacks_at_once_never_both_act_and_each_ends_with_its_rollback_li
     wait_for_phase("candidate-running")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    killed = lock_content()["run_id"]
     both = [start_lab_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}) for _ in range(2)]
     outputs = [re.sub(r"\s+", " ", p.communicate(timeout=600)[0]) for p in both]
     lines = [re.findall(r"ROLLBACK: sglang\.service (restored and proven|NOT restored: [^\"]{0,300})", out)
@@ -455,3 +456,45 @@ def test_two_rollbacks_at_once_never_both_act_and_each_ends_with_its_rollback_li
     assert said[1] == "restored and proven" or "is held by another rollback" in said[1] \
         or "another rollout took" in said[1], said
     assert_restored(*lab_baseline)
+    # the killed run's fleet row no longer says started
+    row = json.loads((Path(EVIDENCE) / f"fleet-{killed}" / "summary.json").read_text())["hosts"][0]
+    assert row["outcome"] == "lost" and "restored and proved the original" in row["failure"], row
+
+
+@contextlib.contextmanager
+def small_state_folder(size="8m"):
+    """The host's state folder on a tmpfs of its own, its content carried in and back out (the lab host is a
+    privileged container): a test can fill it without filling the machine's disk."""
+    state = "/var/lib/serving-rollout"
+    lab("sh", "-c", f"rm -rf /tmp/state-copy && cp -a {state} /tmp/state-copy && "
+                    f"mount -t tmpfs -o size={size},mode=0700 tmpfs {state} && cp -a /tmp/state-copy/. {state}/")
+    try:
+        yield state
+    finally:
+        lab("sh", "-c", f"rm -f {state}/fill; rm -rf /tmp/state-copy && cp -a {state} /tmp/state-copy && "
+                        f"umount {state} && cp -a /tmp/state-copy/. {state}/", check=False)
+
+
+def test_a_state_folder_that_fills_mid_run_never_stops_the_restore(lab_baseline):
+    """The host's state folder fills up while the candidate serves: the lease renewal hits ENOSPC, and the
+    restore - whose lease, watchdog and phase records cannot be written - still stops the candidate and puts
+    the original back, says what it could not record, and leaves no temporary lease file behind."""
+    with small_state_folder() as state:
+        proc = start_background(rollout_cell_requests=40, rollout_cell_progress_every=2)
+        wait_for_phase("candidate-running")
+        lab("sh", "-c", f"dd if=/dev/zero of={state}/fill bs=64k 2>/dev/null; true")
+        out, _ = proc.communicate(timeout=600)
+        text = re.sub(r"\s+", " ", out)
+        assert proc.returncode != 0
+        assert "No space left on device" in text, text[-3000:]
+        assert "the original was restored and proven" in text or "the original sglang.service was restored and " \
+            "proven" in text, text[-3000:]
+        assert "(the restore goes on without it)" in text or "this restore holds the duty alone" in text, \
+            text[-3000:]
+        assert lab("sh", "-c", f"ls {state} | grep -c '\\.tmp$'", check=False).stdout.strip() == "0"
+        state_now = show()
+        assert state_now["ActiveState"] == "active" and state_now["NRestarts"] == "0", state_now
+        assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+        assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
+        assert lab("test", "-e", LOCK, check=False).returncode == 1
+    assert files_hash() == lab_baseline[1]

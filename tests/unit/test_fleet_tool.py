@@ -91,3 +91,17 @@ def test_a_record_links_only_to_an_evidence_folder_that_exists(tmp_path):
     assert kept["evidence"] == str(tmp_path / "h1" / "rollout-R1") and refused["evidence"] is None
     interrupted = fleet.record(tmp_path, "R1", "h2", {"interrupted": True, "failure": "interrupted at phase x"})
     assert interrupted["outcome"] == "interrupted"
+
+
+def test_a_killed_runs_started_row_is_recorded_lost_and_an_ended_row_is_left(tmp_path):
+    fleet.begin(str(tmp_path), "R1", ["a", "b"], ["a", "b"])
+    fleet.record(str(tmp_path), "R1", "b", {"interrupted": True, "failure": "interrupted at phase candidate-running"})
+    assert fleet.mark_lost(str(tmp_path), "R1", "a", "its controller was gone; rollback R2 restored it")["outcome"] \
+        == "lost"
+    assert fleet.mark_lost(str(tmp_path), "R1", "b", "x") is None  # already ended: interrupted stays
+    assert fleet.mark_lost(str(tmp_path), "NOPE", "a", "x") is None  # no such fleet run here
+    summary = json.loads((tmp_path / "fleet-R1" / "summary.json").read_text())
+    assert [(h["host"], h["outcome"]) for h in summary["hosts"]] == [("a", "lost"), ("b", "interrupted")]
+    done = subprocess.run([sys.executable, "-m", "serving_rollout.fleet", "lost", str(tmp_path), "R1", "a"],
+                          input="again", capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "null"  # lost already: left as it is
