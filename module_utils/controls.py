@@ -162,11 +162,24 @@ def entry(control_id):
     return BY_ID[control_id]
 
 
+def _plain(what, value):
+    """A value that reaches a unit file or a command line: no line break or other control character (one would
+    start another directive), refused naming the value."""
+    if re.search(r"[\x00-\x1f\x7f]", json.dumps(value) if isinstance(value, dict) else str(value)):
+        raise ControlError(f"{what} {value!r} holds a line break or another control character: refused, nothing "
+                           "was written")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _plain(what, key)
+            _plain(what, item)
+
+
 def _check_value(control_id, rule, value):
     if rule.get("switch"):
         return True
     if value is None or value == "":
         raise ControlError(f"control {control_id!r} needs a value ({describe_value(rule)}), got none")
+    _plain(f"the value of control {control_id!r}", value)
     text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
     if rule.get("speculative"):
         if not isinstance(value, dict) or not value:
@@ -177,7 +190,7 @@ def _check_value(control_id, rule, value):
             raise ControlError(f"control {control_id!r} needs an integer {rule['min']}-{rule['max']}, got {value!r}")
     if "choices" in rule and text not in rule["choices"]:
         raise ControlError(f"control {control_id!r} needs one of {', '.join(rule['choices'])}, got {value!r}")
-    if "pattern" in rule and not re.match(rule["pattern"], text):
+    if "pattern" in rule and not re.fullmatch(rule["pattern"], text):
         raise ControlError(f"control {control_id!r}: {value!r} is not {describe_value(rule)}")
     return text
 
@@ -244,6 +257,8 @@ def custom_change(custom):
             or (custom["kind"] != "speculative" and not custom.get("name")) or "value" not in custom:
         raise ControlError("a custom candidate needs {kind: env|arg|speculative, name, value, proof}, "
                            f"got {custom!r}")
+    for key in ("name", "value"):
+        _plain(f"the custom candidate's {key}", custom.get(key) if custom.get(key) is not None else "")
     proof = custom.get("proof")
     if not isinstance(proof, dict) or proof.get("kind") not in PROOF_KINDS:
         raise ControlError(f"a custom candidate declares how the engine proves it: proof.kind one of "

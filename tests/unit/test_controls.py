@@ -122,6 +122,9 @@ def test_every_entry_is_complete_and_names_only_known_things():
 @pytest.mark.parametrize("cid, engine, value, message", [
     ("nccl-algo", "vllm", None, "control 'nccl-algo' needs a value"),
     ("nccl-algo", "vllm", "Ring; rm -rf /", "'Ring; rm -rf /' is not a value matching"),
+    ("nccl-algo", "vllm", "Ring\nExecStartPre=/bin/touch /tmp/x", "holds a line break or another control character"),
+    ("scheduler-and-speculation", "sglang", {"chunked_prefill_size": "4096\n"}, "holds a line break"),
+    ("speculative", "vllm", {"method": "ngram\nExecStartPre=/bin/sh"}, "holds a line break"),
     ("nccl-min-nchannels", "sglang", "0", "needs an integer 1-64, got '0'"),
     ("nccl-nthreads", "sglang", "100", "needs one of 64, 128, 256, 512, got '100'"),
     ("mscclpp", "vllm", None, "control 'mscclpp' has no setter for engine 'vllm' (it has: sglang)"),
@@ -151,6 +154,9 @@ def test_a_custom_control_must_declare_its_proof():
     with pytest.raises(controls.ControlError, match="not a regular expression"):
         controls.custom_change({"kind": "env", "name": "X", "value": "1",
                                 "proof": {"kind": "log_line", "pattern": "("}})
+    for planted in ({"name": "X\nExecStartPre=/bin/sh", "value": "1"}, {"name": "X", "value": "1\r\n[Service]"}):
+        with pytest.raises(controls.ControlError, match="holds a line break or another control character"):
+            controls.custom_change({"kind": "env", **planted, "proof": {"kind": "nccl_setting", "name": "X"}})
     change, proof = controls.custom_change({"kind": "env", "name": "NCCL_IB_HCA", "value": "mlx5",
                                             "proof": {"kind": "nccl_setting", "name": "NCCL_IB_HCA"}})
     assert change == {"kind": "env", "name": "NCCL_IB_HCA", "value": "mlx5"} and proof["kind"] == "nccl_setting"
