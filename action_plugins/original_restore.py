@@ -23,7 +23,7 @@ The proof that follows is restored_proof's. Documentation: library/original_rest
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
-from serving_rollout.module_utils.put_back import left_to_put_back
+from serving_rollout.module_utils.put_back import left_to_put_back, restore_lease
 
 
 class ActionModule(StepsAction):
@@ -57,7 +57,7 @@ class ActionModule(StepsAction):
         watchdog = {"watchdog_unit": args["watchdog_unit"], "unit": args["unit"]}
         try:
             lease = steps.module("renew the lease for the restore", "rollout_lock", path=args["lock_path"],
-                                 token=args["lock_token"], state="held", lease_s=int(args["lease_s"]))
+                                 token=args["lock_token"], state="held", lease_s=restore_lease(args))
         except AnsibleActionFail as exc:
             steps.say(f"{exc.message}; this restore holds the duty alone (the watchdog is stopped)")
             steps.module("stop the host-side watchdog", "rollout_watchdog", state="stopped", **watchdog)

@@ -10,7 +10,8 @@ description:
     first that fails ends the put-back with its step and message, and what was done until then is returned.
   - Reads both units (systemd_service). When a candidate is loaded or still running (a candidate whose unit file
     was deleted while it ran is not-found but active), or the original is not active or restarted on its own,
-    renews the lease for the whole restore (rollout_lock, C(lease_s)) and (re)starts the host-side watchdog for
+    renews the lease for the whole restore (rollout_lock; C(stop_timeout_s), C(gpu_free_timeout_s),
+    C(straggler_grace_s) and C(ready_timeout_s) beyond C(lease_s)) and (re)starts the host-side watchdog for
     this holder (rollout_watchdog), so a controller that dies mid-restore leaves the duty to the watchdog; then
     records the phase C(restoring) (rollout_phase). Otherwise the steps below change nothing.
   - A lease, watchdog or phase record that cannot be written (a full disk) is said and never stops the restore;
@@ -39,7 +40,7 @@ options:
   run_id: {description: The run the phases are recorded for., type: str, required: true}
   lock_path: {description: The rollout lock this restore holds (its lease beside it)., type: path, required: true}
   lock_token: {description: This holder's lock token., type: str, required: true}
-  lease_s: {description: "The lease for the whole restore (the stop, free GPUs, the start), in seconds.", type: int, required: true}
+  lease_s: {description: "The run's lease; the restore renews it for its own worst case (the stop, free GPUs, the start) beyond it.", type: int, required: true}
   stop_timeout_s: {description: The deadline of each stop in seconds., type: float, required: true}
   runtime: {description: "The original's runtime (process, docker, podman).", type: str, default: process}
   container: {description: The original's container name (empty - none)., type: str, default: ""}

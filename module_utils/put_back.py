@@ -15,6 +15,14 @@ def candidate_present(candidate):
             or candidate.get("ActiveState", "inactive") not in GONE)
 
 
+def restore_lease(args):
+    """The lease a restore renews before it acts: its own worst case (the stop's deadline, the wait for free GPUs
+    and the stragglers' grace, the start's deadline) beyond the run's lease, so the host's watchdog never acts
+    beside a living restore, and finishes one whose controller died."""
+    return int(sum(float(args[key]) for key in ("stop_timeout_s", "gpu_free_timeout_s", "straggler_grace_s",
+                                                "ready_timeout_s", "lease_s")))
+
+
 def left_to_put_back(candidate, original):
     """(candidate present, original restarted, anything to do) from both units' properties."""
     present = candidate_present(candidate)

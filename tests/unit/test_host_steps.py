@@ -106,7 +106,7 @@ def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_
     # the duty stays covered while the restore runs: the lease renewed for it, the watchdog started for it
     assert names[:5] == ["ansible.builtin.systemd_service", "ansible.builtin.systemd_service", "rollout_lock",
                          "rollout_watchdog", "rollout_phase"] and calls[4][1]["phase"] == "restoring"
-    assert calls[2][1]["lease_s"] == 900 and calls[2][1]["token"] == "tok"
+    assert calls[2][1]["lease_s"] == 180 + 120 + 10 + 1200 + 900 and calls[2][1]["token"] == "tok"
     assert calls[3][1].get("state", "started") == "started" and calls[3][1]["stop_timeout_s"] == 180
     assert names[5:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot",
                          "ansible.builtin.systemd_service", "engine_ready", "candidate_remove"]
