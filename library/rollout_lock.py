@@ -125,6 +125,12 @@ stale:
     stop the original (its content), else absent.
   type: dict
   returned: when a stale lock was taken over
+unwritten:
+  description: >-
+    On a failure: no lock was there and none could be written (a full state folder): nobody holds the host, so
+    a rollback with nothing to put back may still prove it.
+  type: bool
+  returned: when the lock could not be written
 stale_reason:
   description: Why the stale lock was taken over.
   type: str
@@ -376,8 +382,8 @@ def main():
         holder = read_lock(p["path"]) or {}
         module.fail_json(msg=f"another rollout took {p['path']} first: {describe(holder, p['state_file'])}",
                          lock=holder)
-    if problem:
-        module.fail_json(msg=problem)
+    if problem:  # unwritten: no lock was there and none could be written (a full state folder)
+        module.fail_json(msg=problem, unwritten=not current, lock=current or {})
     back = read_json(p["path"]) or {}
     if back.get("token") != p["token"]:  # a run proceeds only on a lock it reads back as its own
         module.fail_json(msg=f"lock {p['path']} read back as another run's: {describe(back, p['state_file'])}",

@@ -12,6 +12,9 @@ description:
   - A host without a snapshot was never changed by serving-rollout - nothing to restore. That is said only of a
     unit systemd reports active and enabled, with no candidate unit installed in C(unit_dir); otherwise it fails
     naming what it found (a candidate without a snapshot means the snapshot was lost mid-run).
+  - Reads both units' systemd state and returns C(clean) - nothing is left to put back (no candidate loaded or
+    running, the original active and never restarted on its own, no promotion to undo) - so rollback.yml can say
+    "nothing to restore" even where its lock cannot be written (a full state folder).
   - Read-only; it changes nothing and runs the same under check mode.
 options:
   unit: {description: The original serving unit., type: str, required: true}
@@ -43,6 +46,11 @@ promoted:
   description: Whether a promotion record is there (rollback returns to the snapshot's original).
   type: bool
   returned: always
+clean:
+  description: Whether nothing is left to put back (read from systemd's state of both units and the promotion record).
+  type: bool
+  returned: always
+  sample: true
 state:
   description: "The unit's ActiveState, UnitFileState, LoadState, NRestarts and InvocationID, read when there is no
     snapshot (empty otherwise)."
@@ -54,9 +62,36 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.put_back import untouched_refusal
+from ansible.module_utils.put_back import left_to_put_back, untouched_refusal
 
 PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "InvocationID")
+
+
+def show(module, unit, required=True):
+    """The unit's properties; a failed read fails the module when required, else is None."""
+    rc, out, err = module.run_command(["systemctl", "show", "-p", ",".join(PROPERTIES), "--", unit],
+                                      environ_update={"LC_ALL": "C"})
+    if rc != 0 and required:
+        module.fail_json(msg=f"systemctl show {unit} failed (rc {rc}): {err.strip()}")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else None
+
+
+def clean(module, unit, candidate_unit, promoted):
+    """Nothing left to put back (put_back.left_to_put_back), or False where systemd cannot say."""
+    original, candidate = show(module, unit, required=False), show(module, candidate_unit, required=False)
+    return original is not None and candidate is not None and not promoted \
+        and not left_to_put_back(candidate, original)[2]
+
+
+def read_manifest(module, manifest_path):
+    try:
+        with open(manifest_path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"cannot read the snapshot {manifest_path}: {exc}")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        module.fail_json(msg=f"{manifest_path} is not a snapshot manifest (no files list): {str(manifest)[:200]}")
+    return manifest
 
 
 def main():
@@ -69,24 +104,17 @@ def main():
     folder = os.path.join(p["state_dir"], p["unit"])
     manifest_path = os.path.join(folder, "manifest.json")
     if os.path.exists(manifest_path):
-        try:
-            with open(manifest_path, encoding="utf-8") as handle:
-                manifest = json.load(handle)
-        except (OSError, ValueError) as exc:
-            module.fail_json(msg=f"cannot read the snapshot {manifest_path}: {exc}")
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-            module.fail_json(msg=f"{manifest_path} is not a snapshot manifest (no files list): {str(manifest)[:200]}")
-        module.exit_json(changed=False, found=True, manifest=manifest, state={},
-                         promoted=os.path.exists(os.path.join(folder, "promoted.json")))
-    rc, out, err = module.run_command(["systemctl", "show", "-p", ",".join(PROPERTIES), "--", p["unit"]])
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show {p['unit']} failed (rc {rc}): {err.strip()}")
-    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        manifest = read_manifest(module, manifest_path)
+        promoted = os.path.exists(os.path.join(folder, "promoted.json"))
+        module.exit_json(changed=False, found=True, manifest=manifest, state={}, promoted=promoted,
+                         clean=clean(module, p["unit"], p["candidate_unit"], promoted))
+    state = show(module, p["unit"])
     problem = untouched_refusal(p["unit"], p["candidate_unit"],
                                 os.path.lexists(os.path.join(p["unit_dir"], p["candidate_unit"])), state, manifest_path)
     if problem:
         module.fail_json(msg=problem, found=False, state=state)
-    module.exit_json(changed=False, found=False, manifest=None, promoted=False, state=state)
+    module.exit_json(changed=False, found=False, manifest=None, promoted=False, state=state,
+                     clean=clean(module, p["unit"], p["candidate_unit"], False))
 
 
 if __name__ == "__main__":

@@ -498,3 +498,19 @@ def test_a_state_folder_that_fills_mid_run_never_stops_the_restore(lab_baseline)
         assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
         assert lab("test", "-e", LOCK, check=False).returncode == 1
     assert files_hash() == lab_baseline[1]
+
+
+def test_a_rollback_with_nothing_to_restore_says_so_even_when_its_lock_cannot_be_written(lab_baseline):
+    """A full state folder and nothing to put back: no lock can be written, yet the rollback proves the
+    original as it is and says "nothing to restore; the original serves" - never NOT restored about a host it
+    never touched."""
+    with small_state_folder() as state:
+        lab("sh", "-c", f"dd if=/dev/zero of={state}/fill bs=64k 2>/dev/null; true")
+        result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab",
+                              local=False)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode == 0, text[-3000:]
+        assert "ROLLBACK: sglang.service nothing to restore; the original serves (proven; no lock could be " \
+               "written: cannot write the lock" in text and "No space left on device" in text, text[-3000:]
+        assert lab("test", "-e", LOCK, check=False).returncode == 1
+    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
