@@ -425,8 +425,9 @@ def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_l
                           inventory="inventory/lab", local=False, timeout=900)
     text = re.sub(r"\s+", " ", result.stdout)
     assert result.returncode != 0
-    assert re.search(r"cell 1k candidate, requests \d+\.\.: the engine stalled \(a hang\): all 4 requests of the "
-                     r"last chunk timed out after 5 s each", text), text[-3000:]
+    # named in the cell where the stall meets it: a timed cell after one chunk, the endurance cell by its own rule
+    assert re.search(r"cell 1k candidate, requests \d+\.\.: the engine stalled \(a hang\): all \d+ requests of the "
+                     r"last chunk timed out after 5 s each|endurance: a hang: request \d+", text), text[-3000:]
     assert "failed and the original was restored and proven" in text, text[-3000:]
     assert "taken over" not in text, text[-3000:]
     journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "--since", since, "-o", "cat",
@@ -451,10 +452,11 @@ def test_two_rollbacks_at_once_never_both_act_and_each_ends_with_its_rollback_li
     lines = [re.findall(r"ROLLBACK: sglang\.service (restored and proven|NOT restored: [^\"]{0,300})", out)
              for out in outputs]
     assert all(len(found) == 1 for found in lines), [out[-2000:] for out in outputs]
-    said = sorted(found[0] for found in lines)
-    assert said[0] == "restored and proven", said
-    assert said[1] == "restored and proven" or "is held by another rollback" in said[1] \
-        or "another rollout took" in said[1], said
+    said = [found[0] for found in lines]
+    assert "restored and proven" in said, said
+    other = said[1 - said.index("restored and proven")]
+    assert other == "restored and proven" or "is held by another rollback" in other \
+        or "another rollout took" in other, said
     assert_restored(*lab_baseline)
     # the killed run's fleet row no longer says started
     row = json.loads((Path(EVIDENCE) / f"fleet-{killed}" / "summary.json").read_text())["hosts"][0]
