@@ -54,17 +54,15 @@ class ActionModule(ActionBase):
         looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
         chunks, look, started = [], {}, time.monotonic()
         for start in range(0, n, chunk):
-            self.go_on(args, task_vars, lease_s=arm.chunk_lease(
-                args.get("lease_s") or 0, min(chunk, n - start), concurrency, args.get("timeout_s") or 600,
-                args.get("remeasure_max") if args.get("remeasure_max") is not None else 2))
+            self.go_on(args, task_vars)
             result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
                 **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
                 "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
                 "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
-                **({"reference_conditions": reference} if reference else {})})
-            if result.get("failed"):
+                **({"reference_conditions": reference} if reference else {}), **self.lease_kept(args)})
+            if result.get("failed") or result.get("lease_problem"):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
-                                               f"{result.get('msg', result)}"}
+                                               f"{result.get('lease_problem') or result.get('msg', result)}"}
             chunks.append(result["cell"])
             # (an endurance cell judges a hang itself, with its own hang time: arm.endurance_judgement)
             hang = arm.stalled(result["cell"], args.get("timeout_s") or 600) \
@@ -112,15 +110,21 @@ class ActionModule(ActionBase):
         return {**result, "verdict": verdict, "scan": scan["scan"],
                 **({"failed": True, "msg": failure} if failure else {})}
 
-    def go_on(self, args, task_vars, when="cells", lease_s=None):
+    @staticmethod
+    def lease_kept(args):
+        """The candidate arm's chunks renew the watchdog's lease on the host while they run (latency_cell)."""
+        if args["arm"] != "candidate" or not args.get("lease_s"):
+            return {}
+        return {"lock_path": args["lock_path"], "lock_token": args["lock_token"], "lease_s": int(args["lease_s"])}
+
+    def go_on(self, args, task_vars, when="cells"):
         """Stop measuring when another run took the lock over, or when the candidate engine exited or
-        restarted since it became ready (a crash of the run, never a slower arm). In the candidate arm the
-        lease is renewed: before a chunk for the chunk's worst case (arm.chunk_lease), else the run's own."""
+        restarted since it became ready (a crash of the run, never a slower arm). The candidate arm renews the
+        watchdog's lease here, between its chunks, and on the host while each runs."""
         candidate = args["arm"] == "candidate"
-        lease_s = lease_s or args.get("lease_s")
         lock = self._execute_module(module_name="rollout_lock", task_vars=task_vars, module_args={
             "path": args["lock_path"], "token": args["lock_token"], "state": "held",
-            **({"lease_s": int(lease_s)} if candidate and args.get("lease_s") else {})})
+            **({"lease_s": int(args["lease_s"])} if candidate and args.get("lease_s") else {})})
         if lock.get("failed"):
             raise AnsibleActionFail(f"could not read the lock {args['lock_path']}: {lock.get('msg')}")
         lost = arm.lock_lost(lock)

@@ -14,7 +14,11 @@ description:
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
   - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
     between them; the latency_arm action drives the chunks and merges them (module_utils/arm.py).
-  - Runs on the host so the API key stays there. Sends load to the engine; changes nothing.
+  - With C(lock_path), C(lock_token) and C(lease_s) (the candidate arm), renews the host watchdog's lease while
+    the chunk runs, for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper): a chunk
+    against a stalled engine runs to every request's timeout, and the watchdog must never act behind a living
+    run. That lease file is all it writes.
+  - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
 options:
   base_url: {description: Engine URL on the host., type: str, required: true}
   name: {description: Cell name (e.g. 4k)., type: str, required: true}
@@ -38,6 +42,9 @@ options:
   contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
+  lock_path: {description: "The rollout lock, whose lease is renewed while the chunk runs (empty - not renewed).", type: path}
+  lock_token: {description: This run's lock token; renewals stop once the lock holds another., type: str}
+  lease_s: {description: The lease renewed while the chunk runs in seconds., type: int}
   engine:
     description: >-
       The engine (its adapter names its /metrics); given, the engine's own /metrics is read before and
@@ -68,6 +75,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lease_renewals:
+  description: How often the lease was renewed while the chunk ran (with lock_path), else null.
+  type: int
+  returned: always
+  sample: 3
+lease_problem:
+  description: Why a renewal failed (a full state folder), else null; the renewals ended there.
+  type: str
+  returned: always
 cell:
   description: >-
     name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s,
@@ -77,9 +93,12 @@ cell:
   returned: always
 """
 
+import contextlib
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cells import run_measured
 from ansible.module_utils.env_files import module_api_key
+from ansible.module_utils.watchdog import LeaseKeeper
 
 
 def main():
@@ -105,7 +124,11 @@ def main():
             "remeasure_max": {"type": "int", "default": 2},
             "condition_limits": {"type": "dict"},
             "engine": {"type": "str", "choices": ["sglang", "vllm", "unknown"]},
+            "lock_path": {"type": "path"},
+            "lock_token": {"type": "str", "no_log": True},
+            "lease_s": {"type": "int"},
         },
+        required_together=[("lock_path", "lock_token", "lease_s")],
         supports_check_mode=False,
     )
     p = module.params
@@ -116,9 +139,12 @@ def main():
         module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
     if p["remeasure_max"] < 0:
         module.fail_json(msg=f"remeasure_max must be at least 0, got {p['remeasure_max']}")
-    result = run_measured({**p, "api_key": module_api_key(module)})
+    keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] else None
+    with keeper or contextlib.nullcontext():
+        result = run_measured({**p, "api_key": module_api_key(module)})
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
-                                          "concurrency": p["concurrency"], **result})
+                                          "concurrency": p["concurrency"], **result},
+                     lease_renewals=keeper.renewals if keeper else None, lease_problem=keeper.problem if keeper else None)
 
 
 if __name__ == "__main__":

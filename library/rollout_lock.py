@@ -155,7 +155,7 @@ from ansible.module_utils.arm import lock_lost
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import free_mib, free_space, proc_stat
 from ansible.module_utils.unit_stop import GONE, active_state
-from ansible.module_utils.watchdog import lease_path
+from ansible.module_utils.watchdog import lease_path, renew_lease
 
 UNREADABLE = "unreadable"
 
@@ -203,21 +203,6 @@ def write_whole(path, lock):
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
-
-
-def renew_lease(path, seconds):
-    """The lease the watchdog reads: its content the seconds it holds, its mtime the renewal. Written whole or
-    not at all: a failed write (a full disk) leaves no temporary file and the previous lease as it was."""
-    lease = lease_path(path)
-    tmp = f"{lease}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as handle:
-            handle.write(f"{int(seconds)}\n")
-        os.replace(tmp, lease)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-    return lease
 
 
 def take_over(path, lock, lease_s, expect=None):

@@ -159,14 +159,6 @@ def endurance_failure(verdict, scan):
     return None
 
 
-def chunk_lease(lease_s, requests, concurrency, timeout_s, remeasure_max):
-    """The lease renewed before a chunk: the run's own beyond the chunk's worst case (every request to its
-    timeout, each wave measured again up to remeasure_max times), so the host's watchdog never acts while a
-    chunk of a living controller runs (a stalled candidate holds each request to its timeout)."""
-    waves = -(-int(requests) // max(int(concurrency), 1))
-    return int(lease_s) + int(waves * float(timeout_s) * (1 + int(remeasure_max)))
-
-
 def stalled(chunk, timeout_s):
     """Why a chunk shows a hang, or None: every one of its requests ended at its timeout (the engine took them
     and answered none). Named after one chunk: at most chunk x timeout_s / concurrency after the stall began."""

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 from .put_back import candidate_paths
@@ -34,6 +35,59 @@ POLL_S = 2
 def lease_path(lock_path):
     """The lease file beside a lock (rollout_lock renews it, the watchdog reads it)."""
     return f"{lock_path}.lease"
+
+
+def renew_lease(path, seconds):
+    """The lease the watchdog reads beside the lock `path`: its content the seconds it holds, its mtime the
+    renewal. Written whole or not at all: a failed write (a full disk) leaves no temporary file and the previous
+    lease as it was."""
+    lease = lease_path(path)
+    tmp = f"{lease}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(f"{int(seconds)}\n")
+        os.replace(tmp, lease)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    return lease
+
+
+class LeaseKeeper:
+    """Renews the lease while a long step runs on the host (a chunk of requests against a stalled engine runs to
+    every request's timeout), every `every_s`, for as long as the lock holds `token`: the watchdog never acts
+    behind a living run. If the controller dies, the step still ends by its own timeouts, and the renewals with
+    it. A renewal that fails (a full disk) is kept in `problem` and ends the renewals."""
+
+    def __init__(self, lock_path, token, lease_s, every_s=None):
+        self.lock_path, self.token, self.lease_s = lock_path, token, int(lease_s)
+        self.every_s = every_s if every_s is not None else max(1.0, min(10.0, self.lease_s / 3))
+        self.stop, self.problem, self.renewals = threading.Event(), None, 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def holds(self):
+        try:
+            with open(self.lock_path) as handle:
+                return json.load(handle).get("token") == self.token
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def run(self):
+        while not self.stop.wait(self.every_s) and self.holds():
+            try:
+                renew_lease(self.lock_path, self.lease_s)
+                self.renewals += 1
+            except OSError as exc:
+                self.problem = f"cannot renew the lease {lease_path(self.lock_path)}: {exc.strerror}"
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stop.set()
+        self.thread.join()
 
 
 def config(unit, candidate_unit, state_dir, run_id, lock_path, stop_timeout_s, snapshot_files):

@@ -255,12 +255,6 @@ def test_a_crash_or_a_new_error_line_under_load_fails_a_steady_endurance_cell():
         "RuntimeError: NCCL error")
 
 
-def test_a_chunks_lease_covers_its_worst_case_so_the_watchdog_never_acts_behind_a_living_run():
-    # 4 requests one at a time, each up to 600 s, each measured again up to twice: 7200 s beyond the run's 600
-    assert arm.chunk_lease(600, 4, 1, 600, 2) == 600 + 4 * 600 * 3
-    assert arm.chunk_lease(15, 8, 4, 30, 0) == 15 + 2 * 30  # two waves of four
-
-
 def test_a_chunk_whose_every_request_timed_out_is_named_a_hang():
     timed_out = {"index": 0, "error": "TimeoutError: timed out", "e2e_s": None}
     assert arm.stalled({"requests": [timed_out, dict(timed_out, index=1)]}, 30) == (

@@ -308,7 +308,7 @@ def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verd
 
 # ---- latency_arm: the lease covers a chunk's worst case; a stalled candidate is named a hang -----------------
 
-def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_and_its_lease_covered_that_chunk():
+def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_its_lease_renewed_while_the_chunk_ran():
     timed_out = {"error": "TimeoutError: timed out", "e2e_s": None, "ttft_s": None}
     chunk = {"name": "1k", "arm": "candidate", "requests": [dict(timed_out, index=i) for i in range(2)],
              "failures": 2, "contract_violations": [], "elapsed_s": 60.0}
@@ -325,4 +325,7 @@ def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_and_its_lease_cover
     assert result["failed"] and result["msg"] == ("cell 1k candidate, requests 1..: the engine stalled (a hang): all "
                                                   "2 requests of the last chunk timed out after 30 s each")
     assert [name for name, _ in calls] == ["rollout_lock", "ansible.builtin.systemd_service", "latency_cell"]
-    assert calls[0][1]["lease_s"] == 15 + 2 * 30  # the run's lease beyond the chunk's worst case
+    assert calls[0][1]["lease_s"] == 15  # renewed before the chunk ...
+    # ... and on the host while it runs, as long as the lock is this run's
+    assert {k: calls[2][1][k] for k in ("lock_path", "lock_token", "lease_s")} == {
+        "lock_path": "/l", "lock_token": "tok", "lease_s": 15}

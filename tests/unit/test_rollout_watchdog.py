@@ -164,3 +164,29 @@ def test_planted_values_reach_the_script_only_as_json(host, tmp_path):
     records = [p.name for p in (host["state"] / UNIT).glob("watchdog-*.json")]
     assert len(records) == 1 and re.fullmatch(r"watchdog-[A-Za-z0-9_.-]+\.json", records[0]), records
     assert json.loads((host["state"] / UNIT / records[0]).read_text())["run_id"] == run_id
+
+
+def test_the_lease_is_kept_while_a_long_step_runs_and_only_while_the_lock_is_this_runs(tmp_path):
+    """LeaseKeeper (latency_cell runs each candidate chunk inside one): renewals while the lock holds the token,
+    none once it holds another (a rollback took it over); a renewal that fails ends them and is kept."""
+    lock = tmp_path / "sglang.service.lock"
+    lock.write_text(json.dumps({"token": "mine"}))
+    lease(lock, 15, age=100)  # lapsed: only the keeper's renewals make it fresh
+    with watchdog.LeaseKeeper(str(lock), "mine", 15, every_s=0.05) as keeper:
+        deadline = time.monotonic() + 30
+        while keeper.renewals < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lock.write_text(json.dumps({"token": "the-rollback"}))
+        renewed = keeper.renewals
+        time.sleep(0.3)
+    assert renewed >= 2 and keeper.renewals <= renewed + 1 and keeper.problem is None
+    assert 0 < watchdog.lease_left(str(lock), time.time()) <= 15
+    blocked = tmp_path / "blocked.lock"
+    blocked.write_text(json.dumps({"token": "mine"}))
+    os.mkdir(watchdog.lease_path(str(blocked)))  # a renewal that cannot be written, as on a full disk
+    with watchdog.LeaseKeeper(str(blocked), "mine", 15, every_s=0.05) as keeper:
+        deadline = time.monotonic() + 30
+        while keeper.problem is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert keeper.problem.startswith(f"cannot renew the lease {blocked}.lease: ")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
