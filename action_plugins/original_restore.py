@@ -46,6 +46,12 @@ class ActionModule(StepsAction):
                                   run_id=args["run_id"])
         except AnsibleActionFail as exc:
             steps.say(f"{exc.message} (the restore goes on without it)")
+            if phase == "restored":  # never a stale earlier phase: no state file reads as nothing under way
+                state = f"{args['state_dir']}/{args['unit']}/state.json"
+                gone = steps.action._execute_module(module_name="ansible.builtin.file", task_vars=steps.task_vars,
+                                                    module_args={"path": state, "state": "absent"})
+                steps.say(f"{state} removed instead" if not gone.get("failed") else
+                          f"{state} could not be removed either: {gone.get('msg')}")
             return
         steps.done["ansible_facts"] = result.get("ansible_facts") or {}  # the CLI and interrupted callback read it
 

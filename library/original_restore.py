@@ -14,7 +14,8 @@ description:
     C(straggler_grace_s) and C(ready_timeout_s) beyond C(lease_s)) and (re)starts the host-side watchdog for
     this holder (rollout_watchdog), so a controller that dies mid-restore leaves the duty to the watchdog; then
     records the phase C(restoring) (rollout_phase). Otherwise the steps below change nothing.
-  - A lease, watchdog or phase record that cannot be written (a full disk) is said and never stops the restore;
+  - A lease, watchdog or phase record that cannot be written (a full disk) is said and never stops the restore (a
+    'restored' that cannot be written removes the state file rather than leave an earlier phase in it);
     without a renewed lease the watchdog is stopped, so it never acts beside this restore.
   - An original that restarted on its own (NRestarts not 0) is stopped (engine_stop) and its failure state reset
     (C(systemctl reset-failed)), so it starts clean and NRestarts counts from the restore.

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
@@ -40,12 +40,28 @@ def files_hash():
     return lab("sha256sum", UNIT, "/etc/sglang/sglang.env", "/etc/sglang/engine-double.env").stdout
 
 
+def state_now():
+    found = lab("cat", STATE, check=False).stdout
+    return json.loads(found) if found.strip() else {}
+
+
+_started_after = {}  # the state's run id when the last background run started: a phase of that run is not new
+
+
 def start_background(**extra):
+    _started_after["run_id"] = state_now().get("run_id")
     return start_lab_playbook("candidate.yml", {**FAST, **extra})
 
 
 def wait_for_phase(phase, timeout=90):
-    wait_for_lab_phase(STATE, phase, timeout)
+    """Until the run started last records `phase` (a phase an earlier run left in the state file is not it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = state_now()
+        if state.get("phase") == phase and state.get("run_id") not in (None, _started_after.get("run_id")):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"phase {phase} of a new run not reached in {timeout} s (state: {state_now()})")
 
 
 def assert_restored(before_invocation, before_hash):
@@ -429,7 +445,7 @@ def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_l
     assert re.search(r"cell 1k candidate, requests \d+\.\.: the engine stalled \(a hang\): all \d+ requests of the "
                      r"last chunk timed out after 5 s each|endurance: a hang: request \d+", text), text[-3000:]
     assert "failed and the original was restored and proven" in text, text[-3000:]
-    assert "taken over" not in text, text[-3000:]
+    assert "the lock was taken over by" not in text, text[-3000:]
     journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "--since", since, "-o", "cat",
                   "--no-pager").stdout
     assert "restoring" not in journal, journal[-2000:]  # the watchdog never acted behind the living run
@@ -499,6 +515,8 @@ def test_a_state_folder_that_fills_mid_run_never_stops_the_restore(lab_baseline)
         assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
         assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
         assert lab("test", "-e", LOCK, check=False).returncode == 1
+        # no stale phase: a 'restored' that cannot be written leaves no state file rather than a false one
+        assert state_now().get("phase") in (None, "restored"), state_now()
     assert files_hash() == lab_baseline[1]
 
 
