@@ -404,7 +404,7 @@ def test_lost_controller_the_host_watchdog_restores_within_its_lease(lab_baselin
         records = lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-*.json").stdout
         assert '"original": "active"' in records, records
         journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
-        assert "the controller is gone; restoring sglang.service" in journal, journal[-2000:]
+        assert "its holder is gone; restoring sglang.service" in journal, journal[-2000:]
     finally:
         lab("systemctl", "start", "ssh.service", check=False)
         lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")

@@ -510,8 +510,8 @@ def test_a_state_folder_that_fills_mid_run_never_stops_the_restore(lab_baseline)
         assert "(the restore goes on without it)" in text or "this restore holds the duty alone" in text, \
             text[-3000:]
         assert lab("sh", "-c", f"ls {state} | grep -c '\\.tmp$'", check=False).stdout.strip() == "0"
-        state_now = show()
-        assert state_now["ActiveState"] == "active" and state_now["NRestarts"] == "0", state_now
+        original = show()
+        assert original["ActiveState"] == "active" and original["NRestarts"] == "0", original
         assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
         assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
         assert lab("test", "-e", LOCK, check=False).returncode == 1
