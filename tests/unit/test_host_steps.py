@@ -144,7 +144,8 @@ def test_a_full_state_folder_never_stops_the_restore():
     assert names[2:5] == ["rollout_lock", "rollout_watchdog", "rollout_phase"]
     assert calls[3][1]["state"] == "stopped"
     assert names[5:] == ["engine_stop", "gpu_free", "serving_snapshot", "ansible.builtin.systemd_service",
-                         "engine_ready", "candidate_remove", "rollout_phase", "ansible.builtin.file", "rollout_watchdog"]
+                         "engine_ready", "candidate_remove", "rollout_phase", "ansible.builtin.file",
+                         "rollout_watchdog"]
     # 'restored' not written: the state file goes rather than keep a stale earlier phase
     assert calls[-2][1] == {"path": "/var/lib/serving-rollout/sglang.service/state.json", "state": "absent"}
 
