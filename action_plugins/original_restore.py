@@ -91,10 +91,16 @@ class ActionModule(StepsAction):
         if anything:
             self.cover(steps, args)
             self.phase(steps, args, "restoring")
-        self.put_back(args, steps, done, present, restarted, original)
+        edited = self.put_back(args, steps, done, present, restarted, original)
         self.phase(steps, args, "restored")
         steps.module("stop the host-side watchdog (the original serves again)", "rollout_watchdog",
                      state="stopped", watchdog_unit=args["watchdog_unit"], unit=unit)
+        if edited:
+            raise AnsibleActionFail(
+                f"NOT restored exactly: {edited}. By the tool's rule an operator's edit wins: the edited original "
+                f"{unit} was started as it is (never overwritten) and answers, the candidate is gone, the snapshot is "
+                "kept. To adopt the edit as the restore recipe: playbooks/renew.yml; to put the snapshot back "
+                "instead: undo the edit, then playbooks/rollback.yml", result={"both_versions": done["both_versions"]})
 
     def put_back(self, args, steps, done, present, restarted, original):
         unit, candidate_unit = args["unit"], args["candidate_unit"]
@@ -128,12 +134,7 @@ class ActionModule(StepsAction):
                      stall_s=args["boot_stall_s"], env_files=args.get("env_files") or [])
         steps.module("remove the candidate unit, its drop-ins and copies", "candidate_remove",
                      candidate_unit=candidate_unit, unit=unit, state_dir=args["state_dir"])
-        if edited:
-            raise AnsibleActionFail(
-                f"NOT restored exactly: {edited}. By the tool's rule an operator's edit wins: the edited original "
-                f"{unit} was started as it is (never overwritten) and answers, the candidate is gone, the snapshot is "
-                "kept. To adopt the edit as the restore recipe: playbooks/renew.yml; to put the snapshot back "
-                "instead: undo the edit, then playbooks/rollback.yml", result={"both_versions": done["both_versions"]})
+        return edited
 
     def check_files(self, args, steps, done):
         """The original's files against the snapshot: None when they match, else what changed (an operator's edit

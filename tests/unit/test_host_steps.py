@@ -109,7 +109,9 @@ def test_a_running_candidate_is_stopped_and_the_gpus_freed_before_the_files_are_
     assert calls[2][1]["lease_s"] == 180 + 120 + 10 + 1200 + 900 and calls[2][1]["token"] == "tok"
     assert calls[3][1].get("state", "started") == "started" and calls[3][1]["stop_timeout_s"] == 180
     assert names[5:] == ["engine_stop", "ansible.builtin.command", "gpu_free", "serving_snapshot",
-                         "ansible.builtin.systemd_service", "engine_ready", "candidate_remove"]
+                         "ansible.builtin.systemd_service", "engine_ready", "candidate_remove", "rollout_phase",
+                         "rollout_watchdog"]  # recorded restored, the watchdog stopped: nothing stale left
+    assert calls[12][1]["phase"] == "restored" and calls[13][1]["state"] == "stopped"
     assert calls[5][1]["unit"] == "sglang-candidate.service"
     assert calls[6][1]["argv"] == ["podman", "rm", "-f", "sglang-candidate"]
     # an original edited during the run: never overwritten, started as it is (the operator's edit wins, after a
