@@ -539,25 +539,37 @@ def test_rollback_restarts_an_original_that_crashed_and_came_back(lab_baseline):
     assert files_hash() == lab_baseline[1]
 
 
-def test_original_edited_during_the_run_is_never_overwritten(lab_baseline):
+def test_original_edited_during_the_run_is_never_overwritten_and_is_started_as_it_is(lab_baseline):
+    """An operator edits the original during the run (its stop timeout, 30 -> 45 s): the run overwrites nothing,
+    starts the edited original as it is (the tool's rule: the operator's edit wins), removes the candidate and
+    fails naming the edit and renew.yml; renew.yml then adopts it and rollback.yml proves it - never nothing
+    serving, never a renew/rollback circle (docs/trust.md)."""
     inject("startup:6")
     proc = start_background()
     wait_for_phase("candidate-starting")
-    lab("sh", "-c", f"cp {UNIT} /tmp/unit.bak && echo '# edited by an operator during the run' >> {UNIT}")
+    lab("sh", "-c", f"sed -i 's/^TimeoutStopSec=30$/TimeoutStopSec=45/' {UNIT}")
     try:
-        output, _ = proc.communicate(timeout=180)
+        output, _ = proc.communicate(timeout=300)
         assert proc.returncode != 0
         text = re.sub(r"\s+", " ", output)
-        assert "the original changed since its snapshot; nothing was overwritten: /etc/systemd/system/sglang.service" \
-            in text
-        assert "+# edited by an operator during the run" in output  # both versions shown
-        assert "edited by an operator" in lab("cat", UNIT).stdout  # not overwritten
-        assert show()["ActiveState"] != "active"  # nothing started from a changed original
-    finally:
-        lab("sh", "-c", f"cp /tmp/unit.bak {UNIT} && rm -f /tmp/unit.bak && systemctl daemon-reload")
-    result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert_restored(*lab_baseline)
+        assert "NOT restored exactly: sglang.service was edited during the run (/etc/systemd/system/sglang.service: " \
+               "snapshot" in text and "playbooks/renew.yml" in text, text[-3000:]
+        assert "+TimeoutStopSec=45" in output  # both versions shown
+        assert "TimeoutStopSec=45" in lab("cat", UNIT).stdout  # not overwritten
+        state = show()
+        assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state  # a unit that serves is back
+        assert lab("systemctl", "show", "-p", "TimeoutStopUSec", "--value", "sglang.service").stdout.strip() == "45s"
+        assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
+        assert lab("test", "-e", LOCK, check=False).returncode == 1
+        renewed = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+        assert renewed.returncode == 0, renewed.stdout[-3000:]
+        proof = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+        assert proof.returncode == 0 and "ROLLBACK: sglang.service restored and proven" in proof.stdout, \
+            proof.stdout[-3000:]
+    finally:  # the lab's original as it was, adopted again
+        lab("sh", "-c", f"sed -i 's/^TimeoutStopSec=45$/TimeoutStopSec=30/' {UNIT} && systemctl daemon-reload")
+        assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0
+    assert files_hash() == lab_baseline[1]
 
 
 @pytest.mark.parametrize("extra, named", [
