@@ -60,8 +60,8 @@ def lost_text(host, phase, run_id, inventory, lease_s, last_seen):
         return (f"LOST: {host} is unreachable; this run recorded no phase there, so it never began to stop the "
                 "original")
     return (f"LOST: {host} is unreachable at phase '{phase}' of run {run_id}. Its watchdog holds the duty: it "
-            f"restores the original itself once the lease lapses (renewed last at or before {last_seen} UTC, this "
-            f"host's last answer, for {lease_s} beyond the chunk it covered). Afterwards, to prove it: "
+            f"restores the original itself once the lease lapses: at most the chunk under way (its requests' "
+            f"timeouts) plus {lease_s} after {last_seen} UTC, this host's last answer. Afterwards, to prove it: "
             f"ansible-playbook -i {inventory} playbooks/rollback.yml --limit {host}")
 
 

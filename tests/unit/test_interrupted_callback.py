@@ -60,8 +60,9 @@ def test_a_lost_host_mid_run_is_said_at_once_with_its_watchdogs_duty_and_recorde
     callback.v2_runner_on_unreachable(host_result("gpu-b"))
     said = capfd.readouterr().err
     assert ("LOST: gpu-a is unreachable at phase 'candidate-running' of run R7. Its watchdog holds the duty: it "
-            "restores the original itself once the lease lapses (renewed last at or before 03:10:00 UTC") in said
-    assert "for 15 s beyond the chunk it covered)" in said and "playbooks/rollback.yml --limit gpu-a" in said
+            "restores the original itself once the lease lapses: at most the chunk under way (its requests' "
+            "timeouts) plus 15 s after 03:10:00 UTC, this host's last answer") in said
+    assert "playbooks/rollback.yml --limit gpu-a" in said
     assert "LOST: gpu-b is unreachable; this run recorded no phase there, so it never began to stop" in said
     assert '"lost": true' in (tmp_path / "gpu-a" / "rollout-R7" / "interrupted.json").read_text()
     summary = json.loads((tmp_path / "fleet-R7" / "summary.json").read_text())
