@@ -15,7 +15,7 @@ description:
   - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
     between them; the latency_arm action drives the chunks and merges them (module_utils/arm.py).
   - With C(lock_path), C(lock_token) and C(lease_s) (the candidate arm), renews the host watchdog's lease while
-    the chunk runs, for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper): a chunk
+    the chunk runs, for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper) - a chunk
     against a stalled engine runs to every request's timeout, and the watchdog must never act behind a living
     run. That lease file is all it writes.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
