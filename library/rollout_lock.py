@@ -183,17 +183,22 @@ def read_lock(path):
     return {UNREADABLE: size}
 
 
+def write_temp(tmp, lock):
+    """The lock's content in a new temporary file (mode 0600, synced) that the caller links or renames into place."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(lock, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def write_whole(path, lock):
     """Write the lock whole or not at all: a temporary file beside it, then a hard link into place
     (which, like O_EXCL, fails when a lock exists). Returns None, or the error to name."""
     folder = os.path.dirname(path)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(lock, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_temp(tmp, lock)
         os.link(tmp, path)
         return None
     except FileExistsError:
@@ -219,10 +224,7 @@ def take_over(path, lock, lease_s, expect=None):
             return "taken"
         if lease_s:
             renew_lease(path, lease_s)
-        with open(tmp, "w") as handle:
-            json.dump(lock, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_temp(tmp, lock)
         os.replace(tmp, path)
         return None
     except OSError as exc:

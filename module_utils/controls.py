@@ -165,13 +165,13 @@ def entry(control_id):
 def _plain(what, value):
     """A value that reaches a unit file or a command line: no line break or other control character (one would
     start another directive), refused naming the value."""
-    if re.search(r"[\x00-\x1f\x7f]", json.dumps(value) if isinstance(value, dict) else str(value)):
-        raise ControlError(f"{what} {value!r} holds a line break or another control character: refused, nothing "
-                           "was written")
     if isinstance(value, dict):
         for key, item in value.items():
             _plain(what, key)
             _plain(what, item)
+    elif re.search(r"[\x00-\x1f\x7f]", str(value)):
+        raise ControlError(f"{what} {value!r} holds a line break or another control character: refused, nothing "
+                           "was written")
 
 
 def _check_value(control_id, rule, value):
@@ -258,7 +258,7 @@ def custom_change(custom):
         raise ControlError("a custom candidate needs {kind: env|arg|speculative, name, value, proof}, "
                            f"got {custom!r}")
     for key in ("name", "value"):
-        _plain(f"the custom candidate's {key}", custom.get(key) if custom.get(key) is not None else "")
+        _plain(f"the custom candidate's {key}", custom.get(key, ""))
     proof = custom.get("proof")
     if not isinstance(proof, dict) or proof.get("kind") not in PROOF_KINDS:
         raise ControlError(f"a custom candidate declares how the engine proves it: proof.kind one of "
