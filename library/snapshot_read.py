@@ -76,9 +76,10 @@ def show(module, unit, required=True):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else None
 
 
-def clean(module, unit, candidate_unit, promoted):
-    """Nothing left to put back (put_back.left_to_put_back), or False where systemd cannot say."""
-    original, candidate = show(module, unit, required=False), show(module, candidate_unit, required=False)
+def clean(module, original, candidate_unit, promoted):
+    """Nothing left to put back (put_back.left_to_put_back), or False where systemd cannot say. original: the
+    unit's properties already read (None: unreadable)."""
+    candidate = show(module, candidate_unit, required=False)
     return original is not None and candidate is not None and not promoted \
         and not left_to_put_back(candidate, original)[2]
 
@@ -107,14 +108,14 @@ def main():
         manifest = read_manifest(module, manifest_path)
         promoted = os.path.exists(os.path.join(folder, "promoted.json"))
         module.exit_json(changed=False, found=True, manifest=manifest, state={}, promoted=promoted,
-                         clean=clean(module, p["unit"], p["candidate_unit"], promoted))
+                         clean=clean(module, show(module, p["unit"], required=False), p["candidate_unit"], promoted))
     state = show(module, p["unit"])
     problem = untouched_refusal(p["unit"], p["candidate_unit"],
                                 os.path.lexists(os.path.join(p["unit_dir"], p["candidate_unit"])), state, manifest_path)
     if problem:
         module.fail_json(msg=problem, found=False, state=state)
     module.exit_json(changed=False, found=False, manifest=None, promoted=False, state=state,
-                     clean=clean(module, p["unit"], p["candidate_unit"], False))
+                     clean=clean(module, state, p["candidate_unit"], False))
 
 
 if __name__ == "__main__":
