@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from serving_rollout.module_utils import arm
+from serving_rollout.module_utils import arm, host_lock
 
 display = Display()
 
@@ -127,7 +127,7 @@ class ActionModule(ActionBase):
             **({"lease_s": int(args["lease_s"])} if candidate and args.get("lease_s") else {})})
         if lock.get("failed"):
             raise AnsibleActionFail(f"could not read the lock {args['lock_path']}: {lock.get('msg')}")
-        lost = arm.lock_lost(lock)
+        lost = host_lock.lock_lost(lock)
         if lost:
             raise AnsibleActionFail(lost)
         if candidate:

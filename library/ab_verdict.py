@@ -1,12 +1,12 @@
 #!/usr/bin/python
-"""Ansible module (controller): statistics and verdicts of matched baseline/candidate cells."""
+"""Documentation of the ab_verdict action (action_plugins/ab_verdict.py runs it on the controller)."""
 
 DOCUMENTATION = r"""
 ---
 module: ab_verdict
 short_description: Verdicts per metric per cell and an overall decision, with numpy and scipy
 description:
-  - Run on the controller (delegate_to localhost). Per cell and metric (TTFT, E2E, decode
+  - Runs on the controller (an action plugin; numpy and scipy are the controller's). Per cell and metric (TTFT, E2E, decode
     tokens/s) - n, median, p90/p99 where n allows, the relative median delta with a bootstrap
     interval, a rank test, and better / worse / inconclusive with a minimum effect size.
   - A cell whose responses broke the output contract is ineligible and not timed; a drift
@@ -50,7 +50,6 @@ EXAMPLES = r"""
 - name: Judge the cells
   ab_verdict:
     cells: "{{ cells }}"
-  delegate_to: localhost
 """
 
 RETURN = r"""
@@ -64,36 +63,5 @@ decision:
   returned: always
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "cells": {"type": "list", "elements": "dict", "required": True},
-            "min_effect": {"type": "float", "default": 0.02},
-            "alpha": {"type": "float", "default": 0.05},
-            "drift_limit": {"type": "float", "default": 0.05},
-            "max_failed_requests": {"type": "int", "default": 0},
-            "rule": {"type": "dict"},
-            "condition_limits": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
-    try:
-        from ansible.module_utils.abstats import cell_verdict, decide
-    except ImportError as exc:
-        module.fail_json(msg=f"ab_verdict needs numpy and scipy on the controller: {exc}")
-    p = module.params
-    for index, cell in enumerate(p["cells"]):
-        missing = [k for k in ("name", "baseline", "candidate") if k not in cell]
-        if missing:
-            module.fail_json(msg=f"cells[{index}] lacks {missing}")
-    # alpha is split over the cells (error control at the decision: module_utils/abstats.METHOD)
-    verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"], rule=p["rule"], cells=len(p["cells"]),
-                             condition_limits=p["condition_limits"]) for c in p["cells"]]
-    module.exit_json(changed=False, cells=verdicts, decision=decide(verdicts, p["rule"], p["max_failed_requests"]))
-
-
 if __name__ == "__main__":
-    main()
+    raise SystemExit("ab_verdict runs on the controller as an action plugin (action_plugins/ab_verdict.py)")

@@ -169,14 +169,6 @@ def stalled(chunk, timeout_s):
     return None
 
 
-def lock_lost(lock_result):
-    """Why the run must stop measuring when rollout_lock (state held) says it lost its lock, else None."""
-    if lock_result.get("held"):
-        return None
-    lock = lock_result.get("lock") or {}
-    return (f"the lock was taken over by {lock.get('holder', 'nobody (it was removed)')} "
-            f"(run {lock.get('run_id', 'none')}); this run stops measuring")
-
 
 def engine_changed(identity, status, when="cells"):
     """Why the candidate engine no longer is the one that became ready (exited or restarted:

@@ -1,8 +1,11 @@
-"""Shared test set-up: the project's module_utils as Ansible ships them, the engine double.
+"""Shared test set-up: one name for the project's module_utils, the engine double.
 (Test helpers and filter plugins are on pytest's pythonpath: pyproject.toml.)"""
 
 import contextlib
 import fcntl
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
 import socket
 import subprocess
@@ -11,12 +14,32 @@ import tempfile
 import time
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# Modules import project helpers as ansible.module_utils.<name>, as Ansible ships them.
-ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+
+
+class OneModuleUtilsName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Tests import module_utils/ as serving_rollout.module_utils (docs/architecture.md). A module under
+    library/ imports it as ansible.module_utils.<name>, the name Ansible ships it under; run in-process
+    by a test, that name is the same module object, so a module and its test share one copy."""
+
+    PREFIX = "ansible.module_utils."
+
+    def find_spec(self, fullname, path=None, target=None):
+        name = fullname[len(self.PREFIX):] if fullname.startswith(self.PREFIX) else None
+        if name and "." not in name and (REPO / "module_utils" / f"{name}.py").is_file():
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module("serving_rollout.module_utils." + spec.name[len(self.PREFIX):])
+
+    def exec_module(self, module):
+        module.__spec__ = importlib.util.find_spec(module.__name__)  # its own spec back (the import set the alias's)
+
+
+sys.meta_path.insert(0, OneModuleUtilsName())
 
 DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"
@@ -59,7 +82,7 @@ class RunningDouble:
                                      stderr=subprocess.STDOUT, text=True)
 
     def wait_ready(self, timeout=10.0):
-        from ansible.module_utils.engine_client import get_json
+        from serving_rollout.module_utils.engine_client import get_json
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -24,7 +24,8 @@ def evidence_with_prediction():
     """An evidence dir whose lab host has a peer-path run with a decode prediction: the real 2x H200
     measurements (graph probe) with a 32-layer, hidden-4096 model's decode size added."""
     import ansible.module_utils  # noqa: F401  (conftest put module_utils on its path)
-    from ansible.module_utils import decode_model
+
+    from serving_rollout.module_utils import decode_model
     root = Path(tempfile.mkdtemp(prefix="prediction-evidence-"))
     run = root / "lab-gpu-1" / "peer-path-20261130T000000Z"
     run.mkdir(parents=True)

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from ansible.module_utils import abstats
 from scipy import stats
+
+from serving_rollout.module_utils import abstats
 
 
 def requests(rng, n, e2e, ttft=0.05, noise=0.02):
@@ -240,3 +241,24 @@ def test_interference_makes_a_cell_inconclusive_never_better_or_worse(conditions
 
 def test_the_decision_states_its_error_control():
     assert "Holm" in abstats.decide([abstats.cell_verdict(cell(14))])["method"]
+
+
+def test_the_ab_verdict_action_judges_in_process_and_names_a_bad_cell():
+    """action_plugins/ab_verdict.py on the controller: its arguments checked and defaulted by its spec."""
+    from types import SimpleNamespace
+
+    from ansible.errors import AnsibleActionFail
+    from test_host_steps import action_class
+
+    def run(args):
+        task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="ab_verdict")
+        return action_class("ab_verdict")(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused")), None, None,
+                                               None).run(task_vars={})
+
+    result = run({"cells": [cell(31, cand_e2e=0.90)]})
+    assert result["changed"] is False and result["decision"]["decision"] == "acceptable"
+    assert result["cells"][0]["metrics"]["e2e_s"]["verdict"] == "better"
+    with pytest.raises(AnsibleActionFail, match=r"cells\[0\] lacks \['candidate'\]"):
+        run({"cells": [{"name": "c", "baseline": []}]})
+    with pytest.raises(AnsibleActionFail, match="alpha"):
+        run({"cells": [cell(32)], "alpha": "not a number"})

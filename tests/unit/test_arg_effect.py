@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import controls, engine_adapters
-from ansible.module_utils.gates import not_qualified_records
 from conftest import REPO
+
+from serving_rollout.module_utils import controls, engine_adapters
+from serving_rollout.module_utils.gates import not_qualified_records
 
 # The module as a file, the way Ansible runs it (library/ is not a package).
 _spec = importlib.util.spec_from_file_location("journal_scan", REPO / "library" / "journal_scan.py")

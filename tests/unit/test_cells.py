@@ -1,18 +1,18 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
 import pytest
-from ansible.module_utils import arm
-from ansible.module_utils.cells import Telemetry, run_cell
 
+from serving_rollout.module_utils import arm
 from serving_rollout.module_utils.arm import (
     cell_size,
     engine_changed,
-    lock_lost,
     look_at,
     merge_chunks,
     progress,
     summary,
 )
+from serving_rollout.module_utils.cells import Telemetry, run_cell
+from serving_rollout.module_utils.host_lock import lock_lost
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -46,7 +46,8 @@ def test_telemetry_without_nvml_says_why():
 
 def test_api_key_is_read_from_the_environment_files(tmp_path):
     import pytest
-    from ansible.module_utils.env_files import read_env_value
+
+    from serving_rollout.module_utils.env_files import read_env_value
 
     first, second = tmp_path / "a.env", tmp_path / "b.env"
     first.write_text("OTHER=1\n")
@@ -86,7 +87,7 @@ def test_merge_and_progress_refuse_bad_input():
 
 
 def test_cpu_conditions_from_proc_stat():
-    from ansible.module_utils.conditions import cpu_conditions, cpu_times
+    from serving_rollout.module_utils.conditions import cpu_conditions, cpu_times
 
     before = cpu_times("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
     after = cpu_times("cpu  300 0 200 800 100 0 0 100 0 0\n")
@@ -95,7 +96,7 @@ def test_cpu_conditions_from_proc_stat():
 
 
 def test_a_disturbed_chunk_is_measured_again_at_most_remeasure_max_times(monkeypatch):
-    from ansible.module_utils import cells
+    from serving_rollout.module_utils import cells
 
     busy = iter([0.95, 0.97, 0.5])
     monkeypatch.setattr(cells, "run_cell", lambda options: {
@@ -109,7 +110,7 @@ def test_a_disturbed_chunk_is_measured_again_at_most_remeasure_max_times(monkeyp
 
 
 def test_runnable_processes_from_proc_stat_and_a_neighbours_burst_is_named():
-    from ansible.module_utils.conditions import conditions_problem, procs_running
+    from serving_rollout.module_utils.conditions import conditions_problem, procs_running
 
     assert procs_running("cpu  1 2 3 4\nprocs_running 5\nprocs_blocked 0\n") == 5
     assert procs_running("cpu  1 2 3 4\n") is None

@@ -3,8 +3,9 @@
 
 import json
 
-from ansible.module_utils import container_truth
 from conftest import FIXTURES
+
+from serving_rollout.module_utils import container_truth
 
 KEY = b"run-key"
 
@@ -62,7 +63,7 @@ def test_an_arg_control_is_seen_in_the_command_words():
 
 
 def test_a_failed_proof_says_every_other_difference():
-    from ansible.module_utils.unit_oracle import proof_reason
+    from serving_rollout.module_utils.unit_oracle import proof_reason
     original, planted = container_truth.view(inspect("original"), KEY), container_truth.view(inspect("planted"), KEY)
     result = container_truth.proof(original, planted, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
     reason = proof_reason(result, "the runtime")

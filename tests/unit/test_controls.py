@@ -7,12 +7,13 @@ import re
 
 import pytest
 import yaml
-from ansible.module_utils import controls
-from ansible.module_utils import unit_recipe as ur
-from ansible.module_utils.engine_adapters import read_log
-from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
-from ansible.module_utils.unit_shapes import complete_facts
 from conftest import FIXTURES, REPO
+
+from serving_rollout.module_utils import controls
+from serving_rollout.module_utils import unit_recipe as ur
+from serving_rollout.module_utils.engine_adapters import read_log
+from serving_rollout.module_utils.nccl_facts import p2p_in_effect, parse_log
+from serving_rollout.module_utils.unit_shapes import complete_facts
 
 IMAGE = {"sglang": "lmsysorg/sglang@sha256:" + "ab" * 32, "vllm": "vllm/vllm-openai@sha256:" + "cd" * 32}
 COMMAND = {"sglang": "python3 -m sglang.launch_server --model-path /srv/models/m --tp-size 2",
@@ -239,7 +240,7 @@ def test_engine_flags_are_proven_from_the_real_configuration_dumps():
 
 def test_a_graph_capture_that_fails_is_a_crash_with_its_cause():
     # The double's Tree failure is built from the adapter's own lines (its examples, checked by the corpus).
-    from ansible.module_utils.engine_adapters import example
+    from serving_rollout.module_utils.engine_adapters import example
     text = "\n".join([example("sglang", "cuda-graph-capture", time="2026-12-02 10:00:00"),
                       example("sglang", "cuda-graph-failed",
                               cause="NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)")])
@@ -260,7 +261,7 @@ def test_the_readme_table_is_the_catalogs():
 
 
 def test_an_image_upgrade_is_the_one_control_in_every_reading_and_nothing_else_is():
-    from ansible.module_utils import container_truth
+    from serving_rollout.module_utils import container_truth
     new = "lmsysorg/sglang@sha256:" + "ef" * 32
     change = controls.change_for("engine-image", "sglang", new)
     assert change == {"kind": "image", "value": new}
@@ -287,7 +288,7 @@ def test_an_image_upgrade_is_the_one_control_in_every_reading_and_nothing_else_i
 
 
 def test_systemds_reading_of_an_image_upgrade_explains_only_the_image_word():
-    from ansible.module_utils import unit_oracle
+    from serving_rollout.module_utils import unit_oracle
     new = "lmsysorg/sglang@sha256:" + "ef" * 32
     change = {"kind": "image", "value": new}
     argv = ["/usr/bin/podman", "run", "--rm", "--name", "engine", IMAGE["sglang"], "python3", "-m",

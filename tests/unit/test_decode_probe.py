@@ -4,8 +4,9 @@ committed 2x H200 run (probe beside nccl-tests) read through them."""
 import json
 
 import pytest
-from ansible.module_utils import decode_model, nccl_tests, p2p_orchestrator
 from conftest import FIXTURES
+
+from serving_rollout.module_utils import decode_model, nccl_tests, p2p_orchestrator
 
 RUN = FIXTURES / "h200x2-decode-probe"
 

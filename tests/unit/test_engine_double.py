@@ -7,7 +7,8 @@ import subprocess
 import time
 
 import pytest
-from ansible.module_utils.engine_client import chat, get_json
+
+from serving_rollout.module_utils.engine_client import chat, get_json
 
 PROMPT_2K = " ".join(f"p{i}" for i in range(2000))
 
@@ -42,7 +43,7 @@ def test_startup_lines_follow_environment(engine_double, env, expected):
 @pytest.mark.parametrize("tp, topology, in_effect", [
     (4, None, True), (8, None, True), (8, "two-roots", False), (4, "two-roots", False)])
 def test_multi_rank_startup_logs_are_rings_and_trees_judged_by_the_proof(engine_double, tp, topology, in_effect):
-    from ansible.module_utils import nccl_facts
+    from serving_rollout.module_utils import nccl_facts
     env = {"NCCL_P2P_DISABLE": "0", **({"DOUBLE_NCCL_TOPOLOGY": topology} if topology else {})}
     parsed = nccl_facts.parse_log(engine_double(env, args=["--tp-size", str(tp)]).stop())
     pairs = {(p["src"], p["dst"]) for p in parsed["pairs"]}

@@ -4,7 +4,8 @@ throughput cell's shape (module_utils/arm.py cell_shape) and the card's figures 
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import arm, engine_metrics
+
+from serving_rollout.module_utils import arm, engine_metrics
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 
@@ -73,7 +74,7 @@ def test_a_throughput_cell_with_too_few_requests_is_named():
 
 def test_the_double_counts_what_it_served_in_its_metrics(engine_double):
     """The engine TEST DOUBLE's /metrics in SGLang's names: a cell's window equals what the client got."""
-    from ansible.module_utils.cells import run_cell
+    from serving_rollout.module_utils.cells import run_cell
 
     double = engine_double()
     cell = run_cell({"base_url": double.url, "requests": 4, "concurrency": 2, "prompt_tokens": 50,

@@ -1,6 +1,6 @@
 """engine_client.wait_healthy: one wait with a deadline, an early stop when the unit dies."""
 
-from ansible.module_utils import engine_client
+from serving_rollout.module_utils import engine_client
 
 
 class FakeClock:

@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.equivalence import (
+
+from serving_rollout.module_utils import controls
+from serving_rollout.module_utils.equivalence import (
     TOLERANCES,
     EquivalenceError,
     compare,
@@ -14,8 +16,6 @@ from ansible.module_utils.equivalence import (
     prompts,
     tolerance,
 )
-
-from serving_rollout.module_utils import controls
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "engine-logs"
 

@@ -5,9 +5,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible.module_utils.gates import run_gate
-from ansible.module_utils.prompts import contract_violation, needle_prompt, with_target
 from conftest import free_port
+
+from serving_rollout.module_utils.gates import run_gate
+from serving_rollout.module_utils.prompts import contract_violation, needle_prompt, with_target
 
 COMPLETIONS = ["smoke", "json", "needle", "tool_call", "contract"]
 ALL = [*COMPLETIONS, "server_info"]
@@ -118,7 +119,7 @@ def test_non_json_body_is_a_failed_gate(misbehaving):
 
 
 def test_truncated_stream_is_a_failed_gate(misbehaving):
-    from ansible.module_utils.engine_client import chat
+    from serving_rollout.module_utils.engine_client import chat
 
     def streaming_chat(url, body, **kwargs):
         return chat(url, {**body, "stream": True}, **kwargs)
@@ -128,7 +129,7 @@ def test_truncated_stream_is_a_failed_gate(misbehaving):
 
 
 def test_an_error_inside_a_stream_is_a_failed_request_never_an_empty_answer(misbehaving):
-    from ansible.module_utils.engine_client import chat
+    from serving_rollout.module_utils.engine_client import chat
 
     result = chat(misbehaving("error_in_stream"), {"messages": [], "stream": True})
     assert not result["ok"] and result["ttft_s"] is None, result

@@ -4,10 +4,10 @@ read back through the project's own parsers, verdict, prediction and card code."
 import json
 
 import pytest
-from ansible.module_utils import abstats, decode_model, nccl_facts, nccl_tests
 from conftest import FIXTURES
 
 from serving_rollout import evidence
+from serving_rollout.module_utils import abstats, decode_model, nccl_facts, nccl_tests
 
 RUN_ROOT = FIXTURES / "h200x2-gpu-ab"
 RUN = RUN_ROOT / "rollout-20261130T093248Z"

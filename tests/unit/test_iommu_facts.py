@@ -3,8 +3,9 @@
 import os
 
 import pytest
-from ansible.module_utils import iommu_facts
 from make_sysfs_tree import config_space, h200_vm_guest, pcie_8gpu
+
+from serving_rollout.module_utils import iommu_facts
 
 
 @pytest.fixture

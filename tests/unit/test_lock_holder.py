@@ -1,5 +1,5 @@
 """Who holds a rollout lock and whether it still runs (serving_rollout.holder), and the lock file
-written whole or named unreadable (library/rollout_lock.py's pure parts)."""
+written whole or named unreadable (module_utils/host_lock.py)."""
 
 import importlib.util
 import json
@@ -13,10 +13,8 @@ import time
 from conftest import REPO
 
 from serving_rollout import holder
-
-_spec = importlib.util.spec_from_file_location("rollout_lock", REPO / "library" / "rollout_lock.py")
-rollout_lock = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rollout_lock)
+from serving_rollout.module_utils import host_lock as rollout_lock
+from serving_rollout.module_utils import watchdog
 
 
 def controller(pid, start=None, host=None):
@@ -101,7 +99,7 @@ def test_a_lease_that_cannot_be_written_leaves_no_temporary_file(tmp_path):
     folder.mkdir()
     (folder / "x.lock.lease").mkdir()  # os.replace onto a folder fails, as a full disk's write does
     try:
-        rollout_lock.renew_lease(str(folder / "x.lock"), 30)
+        watchdog.renew_lease(str(folder / "x.lock"), 30)
     except OSError:
         pass
     else:

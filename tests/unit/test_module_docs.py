@@ -2,6 +2,7 @@
 are exactly the argument_spec, RETURN parses with a description and type per key; and every
 role entry point used through tasks_from has its argument spec (Ansible validates only those)."""
 
+import ast
 import importlib.util
 import json
 import re
@@ -90,8 +91,16 @@ def description(name):
 
 
 def module_code(name):
-    """A module's own code, without its documentation."""
-    return (REPO / "library" / f"{name}.py").read_text().split('RETURN = r"""')[-1].split('"""', 1)[-1]
+    """A module's own code, without its documentation, and the functions it imports from module_utils/ (a thin
+    module's changes are made there)."""
+    code = (REPO / "library" / f"{name}.py").read_text().split('RETURN = r"""')[-1].split('"""', 1)[-1]
+    for helper, names in re.findall(r"from ansible\.module_utils\.(\w+) import ([\w, ]+)", code):
+        path = REPO / "module_utils" / f"{helper}.py"
+        if path.exists():
+            tree = ast.parse(path.read_text())
+            code += "".join(ast.get_source_segment(path.read_text(), node) for node in tree.body
+                            if isinstance(node, ast.FunctionDef) and node.name in {n.strip() for n in names.split(",")})
+    return code
 
 
 @pytest.mark.parametrize("name", MODULES)

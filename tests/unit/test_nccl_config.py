@@ -4,8 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils import nccl_config
-from ansible.module_utils.unit_recipe import parse_recipe, parse_unit_text
+
+from serving_rollout.module_utils import nccl_config
+from serving_rollout.module_utils.unit_recipe import parse_recipe, parse_unit_text
 
 # The handoff persisted its tuning in the interpreter's sitecustomize.py, like this.
 HANDOFF_SITECUSTOMIZE = '''

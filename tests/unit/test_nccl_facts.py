@@ -4,8 +4,9 @@ import shutil
 import subprocess
 
 import pytest
-from ansible.module_utils import nccl_facts
 from conftest import FIXTURES
+
+from serving_rollout.module_utils import nccl_facts
 
 REAL = FIXTURES / "h200x2-nvlink"
 

@@ -4,9 +4,10 @@ import copy
 import json
 
 import pytest
-from ansible.module_utils import nvml_facts
 from conftest import FIXTURES
 from recorded_nvml import NVML_P2P_CAPS_INDEX_READ, RecordedNvml
+
+from serving_rollout.module_utils import nvml_facts
 
 REAL = FIXTURES / "h200x2-real"
 

@@ -6,8 +6,9 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils import p2p_orchestrator as orch
 from conftest import FIXTURES
+
+from serving_rollout.module_utils import p2p_orchestrator as orch
 
 
 def python(code):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import yaml
-from ansible.module_utils import recipe_adopt, unit_recipe, unit_shapes
 from conftest import FIXTURES
 
 from serving_rollout import recipe as serving_recipe
+from serving_rollout.module_utils import recipe_adopt, unit_recipe, unit_shapes
 
 SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
 READINGS = json.loads((FIXTURES / "systemd" / "adoption-readings.json").read_text())["readings"]
@@ -86,7 +86,7 @@ def test_accepted_systemd_reading_renders_the_candidate_from_what_systemd_runs()
 
 
 def test_the_running_command_line_against_systemds_shows_no_secret():
-    from ansible.module_utils.unit_oracle import running_reading
+    from serving_rollout.module_utils.unit_oracle import running_reading
     expected = ["/usr/bin/python3", "x.py", "--tp-size", "4", "--api-key", "k-new-51"]
     ran = ["/usr/bin/python3", "x.py", "--tp-size", "2", "--api-key", "k-old-17"]
     blob = b"\0".join(w.encode() for w in ran) + b"\0"

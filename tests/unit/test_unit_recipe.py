@@ -3,8 +3,9 @@
 import json
 
 import pytest
-from ansible.module_utils import unit_recipe as ur
 from conftest import FIXTURES
+
+from serving_rollout.module_utils import unit_recipe as ur
 
 UNITS = FIXTURES / "units"
 ENV = {"/etc/sglang/sglang.env": (UNITS / "sglang-process.env").read_text()}

@@ -2,7 +2,8 @@
 units; written here, not copied), each adopted with its facts or refused with its true reason."""
 
 import pytest
-from ansible.module_utils import unit_shapes
+
+from serving_rollout.module_utils import unit_shapes
 
 PY = "/usr/bin/python3"
 ENV_QWEN = "MODEL=Qwen/Qwen3-32B\nTENSOR_PARALLEL_SIZE=4\nNCCL_P2P_DISABLE=1\nSGLANG_OPTS=--context-length 32768\n"
@@ -140,7 +141,7 @@ def test_container_renamed_in_every_line_that_names_it():
 
 
 def test_container_candidate_manages_only_its_own_container():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     docker = next(c for c in CASES if c[0] == "docker run pinned by digest")
     recipe = adopt(docker[1], docker[2])
     sections = unit_recipe.apply_change(recipe["sections"], recipe,
@@ -152,7 +153,7 @@ def test_container_candidate_manages_only_its_own_container():
 
 
 def test_template_candidate_keeps_every_specifier_value_as_text():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     case = next(c for c in CASES if c[0] == "template instance %i in EnvironmentFile")
     unit_text = case[2].replace("ExecStart=", "Environment=NCCL_P2P_DISABLE=1\nExecStart=")
     # qwen.env sets NCCL_P2P_DISABLE itself, and an EnvironmentFile overrides Environment=: refused, why named.
@@ -171,7 +172,7 @@ def test_template_candidate_keeps_every_specifier_value_as_text():
 
 
 def test_env_file_lines_set_or_removed_the_rest_byte_for_byte():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     text = "# tuned\nNCCL_P2P_DISABLE=1\nexport NCCL_ALGO='Ring'\nNCCL_P2P_DISABLE=1\n"
     assert unit_recipe.set_in_env_file(text, "NCCL_P2P_DISABLE", "0") == \
         "# tuned\nNCCL_P2P_DISABLE=1\nexport NCCL_ALGO='Ring'\nNCCL_P2P_DISABLE=0\n"  # the last one decides
@@ -180,7 +181,7 @@ def test_env_file_lines_set_or_removed_the_rest_byte_for_byte():
 
 
 def test_a_control_in_an_environment_file_changes_in_the_candidates_own_copy():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     unit = ("[Service]\nEnvironmentFile=/etc/nccl-shared.env\nEnvironmentFile=-/etc/sglang/absent.env\n"
             f"ExecStart={SGLANG}\n")
     recipe = adopt("sglang.service", unit)
@@ -214,7 +215,7 @@ def test_a_container_reads_its_env_files_below_dash_e():
 
 
 def test_a_control_in_a_containers_env_file_changes_in_the_candidates_own_copy():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     recipe = adopt("sglang-podman.service", PODMAN_ENV_FILE)
     change = {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
     sections, copies = unit_recipe.apply_change_with_files(recipe["sections"], recipe, change,
@@ -231,7 +232,7 @@ def test_a_control_in_a_containers_env_file_changes_in_the_candidates_own_copy()
 
 
 def test_a_dash_e_control_changes_in_the_unit_even_when_an_env_file_also_sets_it():
-    from ansible.module_utils import unit_recipe
+    from serving_rollout.module_utils import unit_recipe
     recipe = adopt("s.service", PODMAN_ENV_FILE.replace("-e MODEL", "-e NCCL_P2P_DISABLE=1"))
     sections, copies = unit_recipe.apply_change_with_files(
         recipe["sections"], recipe, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"},

@@ -1,0 +1,37 @@
+"""Action plugin: the A/B verdicts of matched baseline/candidate cells and the run's decision, on the
+controller (numpy and scipy are the controller's, never the host's). The statistics are
+module_utils/abstats.py's; this file checks the arguments and calls them. Documentation: library/ab_verdict.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+ARGUMENT_SPEC = {
+    "cells": {"type": "list", "elements": "dict", "required": True},
+    "min_effect": {"type": "float", "default": 0.02},
+    "alpha": {"type": "float", "default": 0.05},
+    "drift_limit": {"type": "float", "default": 0.05},
+    "max_failed_requests": {"type": "int", "default": 0},
+    "rule": {"type": "dict"},
+    "condition_limits": {"type": "dict"},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:
+            from serving_rollout.module_utils.abstats import cell_verdict, decide
+        except ImportError as exc:
+            raise AnsibleActionFail(f"ab_verdict needs numpy and scipy on the controller: {exc}") from exc
+        for index, cell in enumerate(p["cells"]):
+            missing = [k for k in ("name", "baseline", "candidate") if k not in cell]
+            if missing:
+                raise AnsibleActionFail(f"cells[{index}] lacks {missing}")
+        # alpha is split over the cells (error control at the decision: module_utils/abstats.METHOD)
+        verdicts = [cell_verdict(c, p["min_effect"], p["alpha"], p["drift_limit"], rule=p["rule"],
+                                 cells=len(p["cells"]), condition_limits=p["condition_limits"]) for c in p["cells"]]
+        return {"changed": False, "cells": verdicts, "decision": decide(verdicts, p["rule"], p["max_failed_requests"])}
