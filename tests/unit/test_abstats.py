@@ -252,8 +252,8 @@ def test_the_ab_verdict_action_judges_in_process_and_names_a_bad_cell():
 
     def run(args):
         task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="ab_verdict")
-        return action_class("ab_verdict")(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused")), None, None,
-                                               None).run(task_vars={})
+        connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused"))
+        return action_class("ab_verdict")(task, connection, None, None, None).run(task_vars={})
 
     result = run({"cells": [cell(31, cand_e2e=0.90)]})
     assert result["changed"] is False and result["decision"]["decision"] == "acceptable"
