@@ -274,6 +274,24 @@ def engine_args(command):
     return args, positional
 
 
+def _container_options(opts, systemd_env):
+    """What a container runtime's options say: its -e/--env (a pass-through `-e NAME` takes the value systemd
+    gives it), --env-file files, --name and --gpus."""
+    found = {"env_files": [], "name": None, "gpus": None, "inline_env": set(), "flag_env": {}}
+    for opt, val in runtime_options(opts):
+        if opt in ("-e", "--env"):
+            key, sep, v = str(val).partition("=")
+            # systemd: EnvironmentFile= overrides Environment=, for a pass-through `-e NAME` too.
+            found["flag_env"][key] = v if sep else systemd_env.get(key, "")
+            if sep:
+                found["inline_env"].add(key)
+        elif opt == "--env-file":
+            found["env_files"].append(val)
+        elif opt in ("--name", "--gpus"):
+            found[opt[2:]] = val
+    return found
+
+
 def parse_recipe(sections, env_files=None):
     """What the unit runs: engine, runtime, image, model, TP, context, GPUs, env, engine args."""
     exec_values = values(sections, "Service", "ExecStart")
@@ -288,21 +306,9 @@ def parse_recipe(sections, env_files=None):
     env_file_paths = [v.lstrip("-") for v in values(sections, "Service", "EnvironmentFile")]
     for path in env_file_paths:
         file_env.update(parse_env_file((env_files or {}).get(path, "")))
-    container_env_files, name, gpus_opt = [], None, None
-    inline_env, flag_env = set(), {}
-    for opt, val in runtime_options(opts):
-        if opt in ("-e", "--env"):
-            key, sep, v = str(val).partition("=")
-            # systemd: EnvironmentFile= overrides Environment=, for a pass-through `-e NAME` too.
-            flag_env[key] = v if sep else ({**unit_env, **file_env}.get(key, ""))
-            if sep:
-                inline_env.add(key)
-        elif opt == "--env-file":
-            container_env_files.append(val)
-        elif opt == "--name":
-            name = val
-        elif opt == "--gpus":
-            gpus_opt = val
+    options = _container_options(opts, {**unit_env, **file_env})
+    container_env_files, name, gpus_opt = options["env_files"], options["name"], options["gpus"]
+    inline_env, flag_env = options["inline_env"], options["flag_env"]
     # docker and podman: --env-file files in order, then -e over them.
     container_file_env = {}
     for path in container_env_files:
@@ -583,111 +589,137 @@ def _set_engine_arg(command, flag, value):
     return out
 
 
+def _env_lines_with(env_lines, recipe, name, value):
+    """The unit's Environment= lines with one variable set, or removed (value None)."""
+    new_lines = []
+    for line in env_lines:
+        assignments = parse_env_assignments(line)
+        if name in assignments:
+            if value is None:
+                assignments.pop(name)
+            else:
+                assignments[name] = str(value)
+        if assignments:
+            new_lines.append(" ".join(quote_arg(f"{k}={v}") for k, v in assignments.items()))
+    if name not in recipe["unit_env"] and value is not None:
+        new_lines.append(quote_arg(f"{name}={value}"))
+    return new_lines
+
+
+def _change_env(parts, recipe, name, value):
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
+        raise RecipeError(f"env control name {name!r} is not a variable name")
+    in_unit = name in recipe["unit_env"]
+    if name in recipe["env_file_env"] and parts["runtime"] == "process":
+        # systemd: EnvironmentFile= overrides Environment=, so the file decides the value.
+        raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}), which "
+                          f"overrides Environment={'' if not in_unit else ' (where it is also set)'}; the "
+                          "candidate changes it in its own copy of that file (serving_recipe copy_dir)")
+    if parts["runtime"] != "process" and (name in recipe["env"] or not in_unit):
+        parts["head"] = _set_env_in_argv(parts["head"], parts["image_index"], name, value)
+    else:
+        parts["env_lines"] = _env_lines_with(parts["env_lines"], recipe, name, value)
+
+
+def _change_image(parts, recipe, name, value):
+    index, head = parts["image_index"], parts["head"]
+    if index < 0:
+        raise RecipeError(f"{recipe.get('runtime')} unit runs no container image: an engine image upgrade "
+                          "changes a container unit's image (a process unit's engine build is its ExecStart)")
+    if not re.match(r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$", str(value)):
+        raise RecipeError(f"the new image must be pinned by digest (name@sha256:<64 hex>), got {value!r}")
+    if head[index] == value:
+        raise RecipeError(f"the unit already runs {value}: no change is no candidate")
+    parts["head"] = head[:index] + [str(value)] + head[index + 1:]
+
+
+def _change_arg(parts, recipe, name, value):
+    if not str(name).startswith("-"):
+        raise RecipeError(f"arg control name {name!r} must be a --flag")
+    held = (recipe.get("held_flags") or {}).get(name)
+    if held:
+        raise RecipeError(f"{name} is not written in ExecStart=: systemd brings it in from ${held} (the unit's "
+                          f"environment); the tool changes a flag written in the unit, so move {name} into "
+                          f"ExecStart= or change it where ${held} is set")
+    parts["command"] = _set_engine_arg(parts["command"], name, value)
+
+
+def _change_speculative(parts, recipe, name, value):
+    held = sorted(f for f in (recipe.get("held_flags") or {}) if f.startswith("--speculative-"))
+    if held:
+        raise RecipeError(f"{', '.join(held)} is not written in ExecStart=: systemd brings it in from "
+                          f"${recipe['held_flags'][held[0]]} (the unit's environment); the tool changes "
+                          "speculative flags written in the unit, so move them into ExecStart= or change them "
+                          "where that variable is set")
+    command = parts["command"]
+    for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
+        command = _set_engine_arg(command, flag, None)
+    for flag, val in (value or {}).items():
+        if not flag.startswith("--speculative-"):
+            raise RecipeError(f"speculative settings must be --speculative-* flags, got {flag!r}")
+        command = _set_engine_arg(command, flag, val)
+    parts["command"] = command
+
+
+CHANGES = {"env": _change_env, "arg": _change_arg, "speculative": _change_speculative, "image": _change_image}
+
+
+def _candidate_name(head, container):
+    """The runtime's words with the container's --name given the candidate's suffix."""
+    return [f"{w}{CANDIDATE_SUFFIX}" if i > 0 and head[i - 1] == "--name" else
+            (f"--name={container}{CANDIDATE_SUFFIX}" if w == f"--name={container}" else w)
+            for i, w in enumerate(head)]
+
+
+def _section_items(section, items, new_exec, env_lines, recipe, keep_identity):
+    """One section's items in the candidate: ExecStart replaced, Environment= written once, the container's
+    other Exec lines and the description the candidate's."""
+    renaming = recipe["container_name"] and not keep_identity
+    new_items, env_written = [], False
+    for key, val in items:
+        if key == "ExecStart":
+            new_items.append(["ExecStart", new_exec])
+        elif key.startswith("Exec") and renaming:
+            # ExecStartPre/ExecStop/... that name the container manage the candidate's own.
+            line_prefix, words = split_command(val)
+            renamed = rename_container(words, recipe["container_name"], recipe["container_name"] + CANDIDATE_SUFFIX)
+            new_items.append([key, join_command(renamed, line_prefix) if renamed != words else val])
+        elif key == "Environment":
+            new_items += [] if env_written else [["Environment", line] for line in env_lines]
+            env_written = True
+        elif key == "Description" and section == "Unit" and not keep_identity:
+            new_items.append([key, f"{val} (candidate)"])
+        else:
+            new_items.append([key, val])
+    if section == "Service" and not env_written and env_lines:
+        new_items = [["Environment", line] for line in env_lines] + new_items
+    return new_items
+
+
 def apply_change(sections, recipe, change, keep_identity=False):
     """Candidate sections: the original (drop-ins merged) with one control changed,
     [Install] dropped (a candidate is never enabled) and the container renamed.
 
     change: {"kind": "env", "name": N, "value": V|None} or {"kind": "arg", "name": "--flag",
-    "value": True|V|None} or {"kind": "speculative", "value": {"--speculative-...": V}|None};
-    a None value removes the control. keep_identity (promotion) keeps [Install], the
-    description and the container name: the result replaces the original as the new default.
+    "value": True|V|None} or {"kind": "speculative", "value": {"--speculative-...": V}|None} or
+    {"kind": "image", "value": "name@sha256:..."}; a None value removes the control. keep_identity
+    (promotion) keeps [Install], the description and the container name: the result replaces the
+    original as the new default.
     """
     kind = change.get("kind")
-    if kind not in ("env", "arg", "speculative", "image"):
+    if kind not in CHANGES:
         raise RecipeError(f"change kind must be env, arg, speculative or image, got {kind!r}")
     prefix, argv = split_command(values(sections, "Service", "ExecStart")[0])
-    runtime, opts, image, command = split_runtime(argv)
+    runtime, _, image, command = split_runtime(argv)
     head = argv[: len(argv) - len(command)]
-    image_index = len(head) - 1 if image else -1
-    env_lines = values(sections, "Service", "Environment")
-    name, value = change.get("name"), change.get("value")
-    if kind == "env":
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
-            raise RecipeError(f"env control name {name!r} is not a variable name")
-        in_unit = name in recipe["unit_env"]
-        if name in recipe["env_file_env"] and runtime == "process":
-            # systemd: EnvironmentFile= overrides Environment=, so the file decides the value.
-            raise RecipeError(f"{name} is set in an EnvironmentFile ({', '.join(recipe['env_files'])}), which "
-                              f"overrides Environment={'' if not in_unit else ' (where it is also set)'}; the "
-                              "candidate changes it in its own copy of that file (serving_recipe copy_dir)")
-        if runtime != "process" and (name in recipe["env"] or not in_unit):
-            head = _set_env_in_argv(head, image_index, name, value)
-        else:
-            new_lines = []
-            for line in env_lines:
-                assignments = parse_env_assignments(line)
-                if name in assignments:
-                    if value is None:
-                        assignments.pop(name)
-                    else:
-                        assignments[name] = str(value)
-                if assignments:
-                    new_lines.append(" ".join(quote_arg(f"{k}={v}") for k, v in assignments.items()))
-            if not in_unit and value is not None:
-                new_lines.append(quote_arg(f"{name}={value}"))
-            env_lines = new_lines
-    elif kind == "image":
-        if image_index < 0:
-            raise RecipeError(f"{recipe.get('runtime')} unit runs no container image: an engine image upgrade "
-                              "changes a container unit's image (a process unit's engine build is its ExecStart)")
-        if not re.match(r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$", str(value)):
-            raise RecipeError(f"the new image must be pinned by digest (name@sha256:<64 hex>), got {value!r}")
-        if head[image_index] == value:
-            raise RecipeError(f"the unit already runs {value}: no change is no candidate")
-        head = head[:image_index] + [str(value)] + head[image_index + 1:]
-    elif kind == "arg":
-        if not str(name).startswith("-"):
-            raise RecipeError(f"arg control name {name!r} must be a --flag")
-        held = (recipe.get("held_flags") or {}).get(name)
-        if held:
-            raise RecipeError(f"{name} is not written in ExecStart=: systemd brings it in from ${held} (the unit's "
-                              f"environment); the tool changes a flag written in the unit, so move {name} into "
-                              f"ExecStart= or change it where ${held} is set")
-        command = _set_engine_arg(command, name, value)
-    else:
-        held = sorted(f for f in (recipe.get("held_flags") or {}) if f.startswith("--speculative-"))
-        if held:
-            raise RecipeError(f"{', '.join(held)} is not written in ExecStart=: systemd brings it in from "
-                              f"${recipe['held_flags'][held[0]]} (the unit's environment); the tool changes "
-                              "speculative flags written in the unit, so move them into ExecStart= or change them "
-                              "where that variable is set")
-        for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
-            command = _set_engine_arg(command, flag, None)
-        for flag, val in (value or {}).items():
-            if not flag.startswith("--speculative-"):
-                raise RecipeError(f"speculative settings must be --speculative-* flags, got {flag!r}")
-            command = _set_engine_arg(command, flag, val)
+    parts = {"runtime": runtime, "head": head, "command": command, "image_index": len(head) - 1 if image else -1,
+             "env_lines": values(sections, "Service", "Environment")}
+    CHANGES[kind](parts, recipe, change.get("name"), change.get("value"))
     if recipe["container_name"] and not keep_identity:
-        head = [f"{w}{CANDIDATE_SUFFIX}" if i > 0 and head[i - 1] == "--name" else
-                (f"--name={recipe['container_name']}{CANDIDATE_SUFFIX}" if w == f"--name={recipe['container_name']}"
-                 else w) for i, w in enumerate(head)]
-    new_exec = join_command(head + command, prefix)
-    out = []
-    for section, items in sections:
-        if section == "Install" and not keep_identity:
-            continue
-        new_items = []
-        env_written = False
-        for key, val in items:
-            if key == "ExecStart":
-                new_items.append(["ExecStart", new_exec])
-            elif key.startswith("Exec") and recipe["container_name"] and not keep_identity:
-                # ExecStartPre/ExecStop/... that name the container manage the candidate's own.
-                line_prefix, words = split_command(val)
-                renamed = rename_container(words, recipe["container_name"], recipe["container_name"] + CANDIDATE_SUFFIX)
-                new_items.append([key, join_command(renamed, line_prefix) if renamed != words else val])
-            elif key == "Environment":
-                if not env_written:
-                    new_items += [["Environment", line] for line in env_lines]
-                    env_written = True
-            elif key == "Description" and section == "Unit" and not keep_identity:
-                new_items.append([key, f"{val} (candidate)"])
-            else:
-                new_items.append([key, val])
-        if section == "Service" and not env_written and env_lines:
-            new_items = [["Environment", line] for line in env_lines] + new_items
-        out.append([section, new_items])
-    return out
+        parts["head"] = _candidate_name(parts["head"], recipe["container_name"])
+    new_exec = join_command(parts["head"] + parts["command"], prefix)
+    return [[section, _section_items(section, items, new_exec, parts["env_lines"], recipe, keep_identity)]
+            for section, items in sections if not (section == "Install" and not keep_identity)]
 
 
 def set_in_env_file(text, name, value):
