@@ -94,12 +94,11 @@ stage:
   sample: ready
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_adapters import adapter, health_path, phase_of, read_log
+from ansible.module_utils.engine_adapters import health_path
 from ansible.module_utils.engine_client import wait_healthy
-from ansible.module_utils.env_files import redact_line, secret_values
+from ansible.module_utils.env_files import secret_values
+from ansible.module_utils.start_watch import StartWatch
 
 
 def main():
@@ -121,58 +120,11 @@ def main():
     path = p["path"] or health_path(p["engine"])
     if module.check_mode:
         module.exit_json(changed=False, elapsed_s=0.0, polls=0, status=None, path=path)
-    stuck = adapter(p["engine"])["stuck_lines"]
-    secrets = secret_values(p["env_files"])
-    seen = {"id": None, "cursor": None, "phase": None, "crash": None, "lines": []}
-
-    def unit_failed():
-        if not p["unit"]:
-            return None
-        rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState,SubState", "--", p["unit"]])
-        state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        where = f" (phase {seen['phase']})" if seen["phase"] else ""
-        # auto-restart: the engine exited and systemd waits to start it again (Restart=on-failure/always)
-        if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
-            cause = read_log(p["engine"], "\n".join(seen["lines"]))["cause"] if seen["lines"] else None
-            return (f"{p['unit']} is {state.get('ActiveState')}/{state.get('SubState')}{where}"
-                    + (f"; cause: {cause}" if cause else ""))
-        if seen["crash"]:
-            return f"{p['unit']} logged a crash{where} with its process alive; cause: {seen['crash']}"
-        return None
-
-    def progress():
-        """(journal cursor, last line) of the unit's current invocation: the start-up's progress. The
-        new lines also give the phase and any crash signature; a stuck engine's heartbeat is no progress."""
-        if not seen["id"]:
-            _, out, _ = module.run_command(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
-            seen["id"] = out.strip()
-        if not seen["id"]:
-            return None, None
-        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={seen['id']}", "-o", "cat", "--show-cursor", "--no-pager"]
-        argv += [f"--after-cursor={seen['cursor']}"] if seen["cursor"] else []
-        _, out, _ = module.run_command(argv)
-        lines = out.splitlines()
-        cursor = next((line[len("-- cursor: "):] for line in lines if line.startswith("-- cursor: ")), None)
-        new = [redact_line(line, secrets) for line in lines if line.strip() and not line.startswith("-- ")]
-        if cursor:
-            seen["cursor"] = cursor
-        seen["lines"] = (seen["lines"] + new)[-2000:]
-        seen["phase"] = phase_of(p["engine"], new) or seen["phase"]
-        if new:  # the reading changes only with new lines; an idle poll reads nothing again
-            read = read_log(p["engine"], "\n".join(seen["lines"]))
-            if read["crashed"]:
-                seen["crash"] = read["cause"] or read["crash"]
-        moving = [line for line in new if not any(re.search(x, line) for x in stuck)]
-        if not moving:
-            return seen.get("marker"), seen.get("last")
-        seen["marker"], seen["last"] = cursor, moving[-1][:200]
-        where = f"[{seen['phase']}] " if seen["phase"] else ""
-        return seen["marker"], where + seen["last"]
-
-    watch = p["unit"] and p["stall_s"] > 0
-    result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=unit_failed,
-                          progress=progress if watch else None, stall_s=p["stall_s"])
-    result.update(path=path, phase=seen["phase"])
+    watch = StartWatch(module.run_command, p["engine"], p["unit"], secret_values(p["env_files"]))
+    watching = p["unit"] and p["stall_s"] > 0
+    result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=watch.unit_failed,
+                          progress=watch.progress if watching else None, stall_s=p["stall_s"])
+    result.update(path=path, phase=watch.phase)
     if not result["ok"]:
         module.fail_json(msg=result["error"], **{k: v for k, v in result.items() if k != "ok"})
     module.exit_json(changed=False, **{k: v for k, v in result.items() if k != "ok"})

@@ -257,53 +257,125 @@ def write_unit(module, dest, content, result):
     write_atomic(dest, content, 0o644)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "unit": {"type": "str", "required": True},
-            "change": {"type": "dict"},
-            "compare_path": {"type": "path"},
-            "promote": {"type": "bool", "default": False},
-            "require_digest": {"type": "bool", "default": True},
-            "dest": {"type": "path"},
-            "header": {"type": "list", "elements": "str", "default": []},
-            "copy_dir": {"type": "path"},
-            "accept_systemd_reading": {"type": "bool", "default": False},
-            "managed": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    state = systemctl_show(module, params["unit"])
+ARGUMENT_SPEC = {
+    "unit": {"type": "str", "required": True},
+    "change": {"type": "dict"},
+    "compare_path": {"type": "path"},
+    "promote": {"type": "bool", "default": False},
+    "require_digest": {"type": "bool", "default": True},
+    "dest": {"type": "path"},
+    "header": {"type": "list", "elements": "str", "default": []},
+    "copy_dir": {"type": "path"},
+    "accept_systemd_reading": {"type": "bool", "default": False},
+    "managed": {"type": "bool", "default": False},
+}
+
+
+def read_unit(module, unit):
+    """The unit as systemd runs it: its files read, systemd's own reading (the judge; its probe, a transient
+    unit, does not run in check mode) and the recipe adopted from both."""
+    state = systemctl_show(module, unit)
     dropin_paths = state.get("DropInPaths", "").split()
     texts, files = {}, []
     for path, kind in [(state["FragmentPath"], "unit")] + [(p, "drop-in") for p in dropin_paths]:
         texts[path], info = read(module, path, kind)
         files.append(info)
-    text = texts[state["FragmentPath"]]
     try:
-        # systemd's own reading is the judge; the probe (a transient unit) does not run in check mode.
-        systemd = unit_reading(module.run_command, params["unit"], list(texts), probe_it=not module.check_mode)
+        systemd = unit_reading(module.run_command, unit, list(texts), probe_it=not module.check_mode)
     except ReadingError as exc:
-        module.fail_json(msg=f"{params['unit']}: {exc}")
+        module.fail_json(msg=f"{unit}: {exc}")
     try:
-        # The unit as systemd runs it: specifiers expanded, $VAR facts, refusals with the true reason.
-        recipe = adopt(params["unit"], state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
+        # Specifiers expanded, $VAR facts, refusals with the true reason.
+        recipe = adopt(unit, state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
                        dropin_paths, systemd=systemd)
     except ShapeError as exc:
-        module.fail_json(msg=f"{params['unit']} refused: {exc}")
-    findings = recipe["systemd"]["findings"]
-    for finding in findings:
-        module.warn(f"{params['unit']}: {finding_line(finding)}")
-    pid = state.get("ExecMainPID", "0")
-    if state.get("ActiveState") == "active" and pid not in ("", "0") and systemd.get("expanded_argv"):
-        # What runs now, from the kernel: shown beside systemd's reading (the process may predate an edit).
-        running = running_reading(read_bytes(f"/proc/{pid}/cmdline"), systemd["expanded_argv"], redact_argv)
-        recipe["systemd"]["running"] = {"pid": int(pid), **running}
-        if not running["matches"]:
-            module.warn(f"{params['unit']}: the running main process (pid {pid}) was started with another command "
-                        f"line than systemd would start now ({running['edits']}): restart it, or the original "
-                        "restored after a candidate is not the one that ran before")
+        module.fail_json(msg=f"{unit} refused: {exc}")
+    for finding in recipe["systemd"]["findings"]:
+        module.warn(f"{unit}: {finding_line(finding)}")
+    return state, texts[state["FragmentPath"]], files, recipe
+
+
+def read_running(module, unit, state, recipe):
+    """What runs now, from the kernel: shown beside systemd's reading (the process may predate an edit)."""
+    pid, systemd = state.get("ExecMainPID", "0"), recipe["systemd"]
+    if state.get("ActiveState") != "active" or pid in ("", "0") or not systemd.get("expanded_argv"):
+        return
+    running = running_reading(read_bytes(f"/proc/{pid}/cmdline"), systemd["expanded_argv"], redact_argv)
+    systemd["running"] = {"pid": int(pid), **running}
+    if not running["matches"]:
+        module.warn(f"{unit}: the running main process (pid {pid}) was started with another command "
+                    f"line than systemd would start now ({running['edits']}): restart it, or the original "
+                    "restored after a candidate is not the one that ran before")
+
+
+def refuse_candidate(module, params, recipe, nccl, result):
+    """A candidate this unit cannot have is refused with its reason, before anything is rendered."""
+    problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
+    if problem:
+        module.fail_json(msg=f"candidate refused: {problem}", **result)
+    secrets = inline_secrets(recipe)
+    if secrets:
+        module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
+                             "an EnvironmentFile so a candidate can reference them without copying", **result)
+    change = params["change"]
+    problem = change_problem(nccl["sources"], change.get("name"), change.get("value")) \
+        if change.get("kind") == "env" else None
+    if problem:
+        module.fail_json(msg=f"candidate refused: {problem}", **result)
+
+
+def render_candidate(module, params, recipe, sections, env_texts, result):
+    """The candidate unit (and its EnvironmentFile copies) rendered, proven one control away, and written to
+    dest when given."""
+    try:
+        if params["copy_dir"]:
+            candidate_sections, copies = apply_change_with_files(sections, recipe, params["change"], env_texts,
+                                                                 params["copy_dir"], params["promote"])
+        else:
+            candidate_sections, copies = apply_change(sections, recipe, params["change"],
+                                                      keep_identity=params["promote"]), {}
+        rendered = render_sections(candidate_sections)
+        candidate = parse_recipe(parse_unit_text(rendered),
+                                 {**env_texts, **{path: text for path, (_, text) in copies.items()}})
+        complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
+        difference = check_one_control(recipe, candidate, params["change"])
+    except RecipeError as exc:
+        module.fail_json(msg=f"candidate refused: {exc}", **result)
+    content = "".join(f"# {line}\n" for line in params["header"]) + rendered
+    result["candidate"] = {"difference": difference, "sha256": hashlib.sha256(content.encode()).hexdigest(),
+                           "text_redacted": redact_unit_text(content)}
+    result["candidate"]["env_file_copies"] = [
+        {"path": path, "source": source, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        for path, (source, text) in copies.items()]
+    if params["dest"]:
+        for path, (source, text) in copies.items():
+            write_copy(module, path, source, text, result)
+        write_unit(module, params["dest"], content, result)
+
+
+def compare(module, params, recipe, env_texts, result):
+    """compare_path: the written candidate's difference from the original (the change names the declared control
+    it may differ in)."""
+    other_text, info = read(module, params["compare_path"], "candidate unit")
+    try:
+        other_sections = parse_unit_text(other_text)
+        other_texts = dict(env_texts)  # plus the candidate's own copies (EnvironmentFile=, --env-file)
+        for path in parse_recipe(other_sections)["env_files"]:
+            text = other_texts.get(path) or read_optional(path)
+            if text is not None:
+                other_texts[path] = text
+        other = parse_recipe(other_sections, other_texts)
+        complete_facts(other, read_optional)
+        result["comparison"] = {"file": info, "difference": check_one_control(recipe, other, params["change"])}
+    except RecipeError as exc:
+        module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    state, text, files, recipe = read_unit(module, params["unit"])
+    read_running(module, params["unit"], state, recipe)
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
     # and the EnvironmentFiles' contents, which never leave the module.
     sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")
@@ -319,59 +391,11 @@ def main():
     if params["managed"]:
         managed, problems = managed_recipe(params["unit"], recipe, sections)
         result["managed"] = {"recipe": managed, "problems": problems}
-    # With compare_path, the change only names the declared control the written file may differ in.
     if params["change"] is not None and not params["compare_path"]:
-        problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
-        if problem:
-            module.fail_json(msg=f"candidate refused: {problem}", **result)
-        secrets = inline_secrets(recipe)
-        if secrets:
-            module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
-                                 "an EnvironmentFile so a candidate can reference them without copying",
-                             **result)
-        change = params["change"]
-        if change.get("kind") == "env":
-            problem = change_problem(nccl["sources"], change.get("name"), change.get("value"))
-            if problem:
-                module.fail_json(msg=f"candidate refused: {problem}", **result)
-        try:
-            if params["copy_dir"]:
-                candidate_sections, copies = apply_change_with_files(sections, recipe, params["change"], env_texts,
-                                                                     params["copy_dir"], params["promote"])
-            else:
-                candidate_sections, copies = apply_change(sections, recipe, params["change"],
-                                                          keep_identity=params["promote"]), {}
-            rendered = render_sections(candidate_sections)
-            candidate = parse_recipe(parse_unit_text(rendered),
-                                     {**env_texts, **{path: text for path, (_, text) in copies.items()}})
-            complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
-            difference = check_one_control(recipe, candidate, params["change"])
-        except RecipeError as exc:
-            module.fail_json(msg=f"candidate refused: {exc}", **result)
-        content = "".join(f"# {line}\n" for line in params["header"]) + rendered
-        result["candidate"] = {"difference": difference, "sha256": hashlib.sha256(content.encode()).hexdigest(),
-                               "text_redacted": redact_unit_text(content)}
-        result["candidate"]["env_file_copies"] = [
-            {"path": path, "source": source, "sha256": hashlib.sha256(text.encode()).hexdigest()}
-            for path, (source, text) in copies.items()]
-        if params["dest"]:
-            for path, (source, text) in copies.items():
-                write_copy(module, path, source, text, result)
-            write_unit(module, params["dest"], content, result)
+        refuse_candidate(module, params, recipe, nccl, result)
+        render_candidate(module, params, recipe, sections, env_texts, result)
     if params["compare_path"]:
-        other_text, info = read(module, params["compare_path"], "candidate unit")
-        try:
-            other_sections = parse_unit_text(other_text)
-            other_texts = dict(env_texts)  # plus the candidate's own copies (EnvironmentFile=, --env-file)
-            for path in parse_recipe(other_sections)["env_files"]:
-                text = other_texts.get(path) or read_optional(path)
-                if text is not None:
-                    other_texts[path] = text
-            other = parse_recipe(other_sections, other_texts)
-            complete_facts(other, read_optional)
-            result["comparison"] = {"file": info, "difference": check_one_control(recipe, other, params["change"])}
-        except RecipeError as exc:
-            module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)
+        compare(module, params, recipe, env_texts, result)
     module.exit_json(**result)
 
 

@@ -1,0 +1,66 @@
+"""An engine's start-up watched from its unit: whether systemd or the engine's own log says it failed, and its
+progress (journal lines that move, a stuck engine's heartbeat is no progress), for engine_client.wait_healthy.
+Reads only: systemctl show and journalctl of the unit's current invocation, through the caller's run_command."""
+
+import re
+
+from .engine_adapters import adapter, phase_of, read_log
+from .env_files import redact_line
+
+
+class StartWatch:
+    """What one start-up has shown so far: its invocation, journal cursor, phase, crash and (redacted) lines."""
+
+    def __init__(self, run_command, engine, unit, secrets):
+        self.run, self.engine, self.unit, self.secrets = run_command, engine, unit, secrets
+        self.stuck = adapter(engine)["stuck_lines"]
+        self.invocation = self.cursor = self.phase = self.crash = self.marker = self.last = None
+        self.lines = []
+
+    def unit_failed(self):
+        """Why the start failed, from systemd (failed, inactive or waiting to restart) or a crash in its log."""
+        if not self.unit:
+            return None
+        _, out, _ = self.run(["systemctl", "show", "-p", "ActiveState,SubState", "--", self.unit])
+        state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        where = f" (phase {self.phase})" if self.phase else ""
+        # auto-restart: the engine exited and systemd waits to start it again (Restart=on-failure/always)
+        if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
+            cause = read_log(self.engine, "\n".join(self.lines))["cause"] if self.lines else None
+            return (f"{self.unit} is {state.get('ActiveState')}/{state.get('SubState')}{where}"
+                    + (f"; cause: {cause}" if cause else ""))
+        if self.crash:
+            return f"{self.unit} logged a crash{where} with its process alive; cause: {self.crash}"
+        return None
+
+    def new_lines(self):
+        """The unit's current invocation's journal lines since the last read, redacted."""
+        if not self.invocation:
+            _, out, _ = self.run(["systemctl", "show", "-p", "InvocationID", "--value", "--", self.unit])
+            self.invocation = out.strip()
+        if not self.invocation:
+            return None
+        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={self.invocation}", "-o", "cat", "--show-cursor", "--no-pager"]
+        argv += [f"--after-cursor={self.cursor}"] if self.cursor else []
+        _, out, _ = self.run(argv)
+        lines = out.splitlines()
+        self.cursor = next((line[len("-- cursor: "):] for line in lines if line.startswith("-- cursor: ")),
+                           None) or self.cursor
+        return [redact_line(line, self.secrets) for line in lines if line.strip() and not line.startswith("-- ")]
+
+    def progress(self):
+        """(marker, last line) of the start-up's progress; the new lines also give the phase and any crash."""
+        new = self.new_lines()
+        if new is None:
+            return None, None
+        self.lines = (self.lines + new)[-2000:]
+        self.phase = phase_of(self.engine, new) or self.phase
+        if new:  # the reading changes only with new lines; an idle poll reads nothing again
+            read = read_log(self.engine, "\n".join(self.lines))
+            if read["crashed"]:
+                self.crash = read["cause"] or read["crash"]
+        moving = [line for line in new if not any(re.search(x, line) for x in self.stuck)]
+        if not moving:
+            return self.marker, self.last
+        self.marker, self.last = self.cursor, moving[-1][:200]
+        return self.marker, (f"[{self.phase}] " if self.phase else "") + self.last
