@@ -316,6 +316,75 @@ def run_nccl_tests(module, params, gpus, base_env, budget):
     return {"status": "ok", "binary": binary, "runs": runs}
 
 
+def preflight_gpus(module, params, pre):
+    """The GPUs to test (given, or all the preflight found), refused when fewer than two or busy."""
+    preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
+    if pre["status"] != "ok" and not params["gpus"]:
+        module.fail_json(msg="preflight failed and no gpus were given: " + pre["output"][-800:])
+    gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
+    if len(gpus) < 2:
+        module.fail_json(msg=f"need at least two GPUs, found {gpus}", preflight=preflight)
+    busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
+            if g.get("compute_processes") and g["index"] in gpus}
+    if busy and not params["force"]:
+        module.fail_json(msg=f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
+    return preflight, gpus
+
+
+def pair_rows_of(params, gpus, pairs, preflight, peer):
+    """One row per ordered GPU pair: its in-process and IPC copies, verdict and link peak."""
+    peer_result = peer["result"] or {}
+    in_process = {(r["src"], r["dst"]): r for r in peer_result.get("in_process", [])}
+    ipc = {(r["src"], r["dst"]): r for r in peer_result.get("ipc", [])}
+    chosen = {tuple(p) for p in ipc_pairs(gpus, params["ipc_pairs"])}
+    rows = []
+    for src, dst in pairs:
+        row = {"src": src, "dst": dst, "in_process": in_process.get((src, dst)), "ipc": ipc.get((src, dst))}
+        if row["ipc"] is None and (src, dst) not in ipc and peer["status"] == "ok" and (src, dst) not in chosen:
+            row["ipc"] = {"skipped": f"ipc_pairs={params['ipc_pairs']}"}
+        row["verdict"] = peer["status"] if peer["status"] in ("hung", "skipped") else \
+            pair_verdict(row["in_process"], row["ipc"])
+        link = link_peak_gbps(src, dst, preflight.get("gpus", []), params["nvlink_gbps_per_link"])
+        row["link"] = link
+        if link and row["in_process"]:
+            row["uni_fraction_of_peak"] = row["in_process"]["uni_gbps"] / link["peak_gbps"]
+            row["bidir_fraction_of_peak"] = row["in_process"]["bidir_gbps"] / (2 * link["peak_gbps"])
+        rows.append(row)
+    return rows
+
+
+def allreduce_run(params, name, gpus, base_env, launch):
+    """One bracket arm: every rank's all-reduce under the arm's env set, with its transport and errors."""
+    port = free_port()
+    envs = [{**base_env, **{k: str(v) for k, v in params["env_sets"][name].items()},
+             "NCCL_DEBUG": "INFO", "RANK": str(rank), "WORLD_SIZE": str(len(gpus)),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} for rank in range(len(gpus))]
+    worker = "allreduce_graph" if params["allreduce_method"] == "graph" else "allreduce"
+    ranks = launch(worker, {"gpus": gpus, "sizes": params["allreduce_sizes"], "iters": params["allreduce_iters"],
+                            "reps": params["allreduce_reps"], "max_gpu_mem_mib": params["max_gpu_mem_mib"]}, envs)
+    statuses = {r["status"] for r in ranks}
+    status = "hung" if "hung" in statuses else ("ok" if statuses == {"ok"} else "error")
+    rank0 = ranks[0]["result"] or {}
+    return {"label": name, "env": params["env_sets"][name], "status": status,
+            "seconds": ranks[0]["seconds"], "sizes": rank0.get("sizes", []),
+            "transport": transport_of([r["output"] for r in ranks]),
+            "errors": [r["output"][-600:] for r in ranks if r["status"] != "ok"]}
+
+
+def decode_prediction(decode, params, comparison):
+    """The decode model's predicted effect from the two arms' measured all-reduce times, or why there is none."""
+    names = list(params["env_sets"])
+    measured = {name: {c["bytes"]: c[name]["median_us"] for c in comparison if c.get(name, {}).get("median_us")}
+                for name in names}
+    try:
+        decode["prediction"] = predict(decode["shape"], measured[names[0]], measured[names[1]],
+                                       params["tokens_per_step"], accepted_per_step=params["accepted_per_step"])
+        decode["arms"] = {"baseline": names[0], "candidate": names[1]}
+    except (ModelShapeError, KeyError) as exc:
+        decode["prediction"] = None
+        decode["reason"] = f"no prediction: {exc}"
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -370,17 +439,7 @@ def main():
                              envs, budget.next_timeout())
 
     pre = launch("preflight", {"gpus": params["gpus"]}, [base_env])[0]
-    preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
-    if pre["status"] != "ok" and not params["gpus"]:
-        module.fail_json(msg="preflight failed and no gpus were given: " + pre["output"][-800:])
-    gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
-    if len(gpus) < 2:
-        module.fail_json(msg=f"need at least two GPUs, found {gpus}", preflight=preflight)
-    busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
-            if g.get("compute_processes") and g["index"] in gpus}
-    if busy and not params["force"]:
-        module.fail_json(msg=f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
-
+    preflight, gpus = preflight_gpus(module, params, pre)
     decode = decode_sizes(params)
     if decode.get("call") and decode["call"]["bytes"] not in params["allreduce_sizes"]:
         params["allreduce_sizes"] = sorted(params["allreduce_sizes"] + [decode["call"]["bytes"]])
@@ -393,45 +452,10 @@ def main():
                                "iters": params["copy_iters"], "ipc_bytes": params["ipc_bytes"],
                                "max_gpu_mem_mib": params["max_gpu_mem_mib"], "seed": 7}, [base_env])[0]
     peer_result = peer["result"] or {}
-    in_process = {(r["src"], r["dst"]): r for r in peer_result.get("in_process", [])}
-    ipc = {(r["src"], r["dst"]): r for r in peer_result.get("ipc", [])}
-    pair_rows = []
-    for src, dst in pairs:
-        row = {"src": src, "dst": dst, "in_process": in_process.get((src, dst)), "ipc": ipc.get((src, dst))}
-        if row["ipc"] is None and (src, dst) not in ipc and peer["status"] == "ok" and \
-                (src, dst) not in {tuple(p) for p in ipc_pairs(gpus, params["ipc_pairs"])}:
-            row["ipc"] = {"skipped": f"ipc_pairs={params['ipc_pairs']}"}
-        row["verdict"] = peer["status"] if peer["status"] in ("hung", "skipped") else \
-            pair_verdict(row["in_process"], row["ipc"])
-        link = link_peak_gbps(src, dst, preflight.get("gpus", []), params["nvlink_gbps_per_link"])
-        row["link"] = link
-        if link and row["in_process"]:
-            row["uni_fraction_of_peak"] = row["in_process"]["uni_gbps"] / link["peak_gbps"]
-            row["bidir_fraction_of_peak"] = row["in_process"]["bidir_gbps"] / (2 * link["peak_gbps"])
-        pair_rows.append(row)
-
-    runs = []
-    for name in bracket_order(params["bracket"], list(params["env_sets"])):
-        label = name
-        if budget.exhausted():
-            runs.append({"label": label, "status": "skipped", "sizes": []})
-            continue
-        port = free_port()
-        envs = [{**base_env, **{k: str(v) for k, v in params["env_sets"][name].items()},
-                 "NCCL_DEBUG": "INFO", "RANK": str(rank), "WORLD_SIZE": str(len(gpus)),
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} for rank in range(len(gpus))]
-        worker = "allreduce_graph" if params["allreduce_method"] == "graph" else "allreduce"
-        ranks = launch(worker, {"gpus": gpus, "sizes": params["allreduce_sizes"],
-                                     "iters": params["allreduce_iters"], "reps": params["allreduce_reps"],
-                                     "max_gpu_mem_mib": params["max_gpu_mem_mib"]}, envs)
-        statuses = {r["status"] for r in ranks}
-        status = "hung" if "hung" in statuses else ("ok" if statuses == {"ok"} else "error")
-        rank0 = ranks[0]["result"] or {}
-        runs.append({"label": label, "env": params["env_sets"][name], "status": status,
-                     "seconds": ranks[0]["seconds"], "sizes": rank0.get("sizes", []),
-                     "transport": transport_of([r["output"] for r in ranks]),
-                     "errors": [r["output"][-600:] for r in ranks if r["status"] != "ok"]})
-
+    pair_rows = pair_rows_of(params, gpus, pairs, preflight, peer)
+    runs = [{"label": name, "status": "skipped", "sizes": []} if budget.exhausted()
+            else allreduce_run(params, name, gpus, base_env, launch)
+            for name in bracket_order(params["bracket"], list(params["env_sets"]))]
     reference = run_nccl_tests(module, params, gpus, base_env, budget)
 
     result = {
@@ -451,17 +475,7 @@ def main():
     }
     result["verdict"] = overall_verdict(pair_rows, runs)
     if decode.get("shape"):
-        names = list(params["env_sets"])
-        measured = {name: {c["bytes"]: c[name]["median_us"] for c in result["allreduce"]["comparison"]
-                           if c.get(name, {}).get("median_us")} for name in names}
-        try:
-            decode["prediction"] = predict(decode["shape"], measured[names[0]], measured[names[1]],
-                                           params["tokens_per_step"],
-                                           accepted_per_step=params["accepted_per_step"])
-            decode["arms"] = {"baseline": names[0], "candidate": names[1]}
-        except (ModelShapeError, KeyError) as exc:
-            decode["prediction"] = None
-            decode["reason"] = f"no prediction: {exc}"
+        decode_prediction(decode, params, result["allreduce"]["comparison"])
     result["decode"] = decode
     module.exit_json(changed=False, p2p=result)
 
