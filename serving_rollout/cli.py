@@ -268,7 +268,7 @@ def interrupted_run(args, extravars):
     return EXIT_ERROR
 
 
-def main(argv=None):
+def parser_of():
     parser = argparse.ArgumentParser(prog="serving-rollout", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="roll a candidate out: canary, then batches")
@@ -290,8 +290,32 @@ def main(argv=None):
         p.add_argument("--batch-size", type=int, default=1)
     st = sub.add_parser("status", help="the latest run per host and the latest fleet runs")
     st.add_argument("--evidence", default=str(REPO / "evidence"))
+    return parser
+
+
+def usage_problem(args):
+    """What is wrong with the command line before anything runs, or None."""
+    if not Path(args.inventory).exists():
+        return f"inventory {args.inventory!r} does not exist"
+    if args.command in ("run", "plan") and (args.canary < 1 or args.batch_size < 1):
+        return f"--canary and --batch-size must be at least 1, got {args.canary} and {args.batch_size}"
+    if args.command == "plan" and not Path(args.plan_file).is_file():
+        return f"plan file {args.plan_file!r} does not exist"
+    return None
+
+
+def show(result, as_json):
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return
+    for host in result["hosts"]:
+        print(f"{host['host']}: {host['outcome']}" + (f" ({host['evidence']})" if host.get("evidence") else ""))
+    print(f"exit {result['exit_code']}: {result['meaning']} (artifacts {result['artifacts']})")
+
+
+def main(argv=None):
     try:
-        args = parser.parse_args(argv)
+        args = parser_of().parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else 0
     if args.command == "status":
@@ -299,20 +323,13 @@ def main(argv=None):
         return 0
     try:
         extravars = parse_extra_vars(args.extra_vars)
+        problem = usage_problem(args)
     except ValueError as exc:
-        print(f"serving-rollout: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if not Path(args.inventory).exists():
-        print(f"serving-rollout: inventory {args.inventory!r} does not exist", file=sys.stderr)
-        return EXIT_USAGE
-    if args.command in ("run", "plan") and (args.canary < 1 or args.batch_size < 1):
-        print(f"serving-rollout: --canary and --batch-size must be at least 1, got {args.canary} and "
-              f"{args.batch_size}", file=sys.stderr)
+        problem = str(exc)
+    if problem:
+        print(f"serving-rollout: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "plan":
-        if not Path(args.plan_file).is_file():
-            print(f"serving-rollout: plan file {args.plan_file!r} does not exist", file=sys.stderr)
-            return EXIT_USAGE
         return run_plan_command(args, extravars)
     if args.command == "run":
         extravars.update({"rollout_canary": args.canary, "rollout_batch_size": args.batch_size})
@@ -322,12 +339,7 @@ def main(argv=None):
     result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json)
     if result["interrupted"] and kind == "run":
         return interrupted_run(args, extravars)
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
-        for host in result["hosts"]:
-            print(f"{host['host']}: {host['outcome']}" + (f" ({host['evidence']})" if host.get("evidence") else ""))
-        print(f"exit {result['exit_code']}: {result['meaning']} (artifacts {result['artifacts']})")
+    show(result, args.json)
     return result["exit_code"]
 
 

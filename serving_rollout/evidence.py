@@ -358,25 +358,9 @@ def load_lines(cells):
     return lines
 
 
-def render_card(run):
-    run = Path(run)
-    outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
-    verdict, gates = load(run, "ab-verdict.json", {}), load(run, "gates.json", {})
-    preflight, restoration = load(run, "preflight.json", {}), load(run, "restoration.json", {})
-    cells, journal = load(run, "cells.json", {}).get("arms", {}), load(run, "journal-excerpts.json", {})
-    decision = decision_record(run)
-    original = recipes.get("original", {})
-    difference = recipes.get("difference") or {}
-    double = bool(outcome.get("engine_double")) or any("engine_double" in str(word)
-                                                       for word in original.get("argv") or [])
-    assumed = sorted(k for k, v in ((recipes.get("evidence_used") or {}).get("assumed") or {}).items() if v)
-    rule = (f"under the rule {json.dumps(decision['rule'])}" if decision.get("rule")
-            else f"(no verdict rule applied: {outcome.get('failure') or 'no cells were judged'})")
-    concurrency = sorted({c.get("concurrency") for arm in cells.values() for c in arm if c.get("concurrency")})
-    lines = [f"# {outcome.get('candidate_id')} candidate A/B on {outcome.get('host')}", "",
-             f"Run: {outcome.get('run_id')}", "",
-             f"Decision: **{decision['verdict']}** {rule}. "
-             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
+def decision_lines(decision):
+    """What the decision rests on, beyond its verdict: error control, spend, load, KV, numerics, versions."""
+    lines = []
     if decision.get("method"):
         lines += [f"Error control: {decision['method']}.", ""]
     if decision.get("requests_per_arm"):
@@ -404,21 +388,12 @@ def render_card(run):
         lines += [f"Engine upgrade (each side's own report): engine {before['engine']} -> {after['engine']}; "
                   f"NCCL {', '.join(before['nccl']) or 'not logged'} -> {', '.join(after['nccl']) or 'not logged'}; "
                   f"image {before['image']} -> {after['image']}.", ""]
-    if double:
-        lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
-                  "and decides, never the real engine's performance.", ""]
-    if assumed:
-        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
-    lines += ["## Result card", "", "| Setup | Value |", "|---|---|",
-              f"| Model | {original.get('model')} @ {original.get('revision')} |",
-              f"| Engine/runtime | {original.get('engine')}"
-              f"{' (TEST DOUBLE)' if double and 'DOUBLE' not in str(original.get('engine')) else ''}"
-              f" / {original.get('runtime')}; image {original.get('image') or 'none (process)'} |",
-              f"| Hardware | {hardware_text(outcome, preflight)} |",
-              f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
-              f"GPUs {original.get('gpus')} |",
-              f"| Concurrency | {', '.join(f'C{c}' for c in concurrency) or 'no cells ran'} |",
-              f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+    return lines
+
+
+def cell_rows(verdict, cells):
+    """One result-card row per judged cell: actual prompt tokens, spend per arm, median deltas, drift, failures."""
+    lines = []
     for cell in verdict.get("cells", []):
         tokens = sorted(r["prompt_tokens"] for arm in cells.values() for c in arm if c["name"] == cell["cell"]
                         for r in c["requests"] if r.get("prompt_tokens"))
@@ -438,8 +413,12 @@ def render_card(run):
                      f"{spent.get('candidate')}, baseline {spent.get('baseline-1')} + {spent.get('baseline-2')} "
                      f"(bracketed): median {'; '.join(parts)}; baseline drift "
                      f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']}{looked(cell)} |")
-    lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
-              "## Gates and retained failures", ""]
+    return lines
+
+
+def gate_lines(preflight, gates, verdict, outcome):
+    """Preflight, the candidate's and the restored original's gates, and every failure kept."""
+    lines = []
     checks = preflight.get("checks", [])
     if checks:
         lines.append(f"Preflight: {sum(c['verdict'] == 'pass' for c in checks)} of {len(checks)} checks passed"
@@ -459,26 +438,74 @@ def render_card(run):
     failed_run = ("the run failed: " + outcome["failure"]) if outcome.get("failure") else "the run did not fail"
     lines.append(f"Retained failures: {failed_run}; "
                  f"contract violations in {len(violations)} cell(s); failed requests: {'; '.join(failures) or 'none'}.")
+    return lines
+
+
+def prediction_lines(prediction):
+    """The decode model's prediction beside what the cells measured."""
+    p = prediction["prediction"]
+    lines = ["", "## Predicted vs measured (decode-size all-reduce probe)", "",
+             f"From {prediction['evidence']} ({prediction.get('source')}): {p['per_step']} all-reduces of "
+             f"{p['bytes']:,} B per step, {p['baseline_us']:.1f} -> {p['candidate_us']:.1f} us each: "
+             f"{p['saved_per_step_ms']:.3f} ms saved per step, {p['saved_per_token_ms']:.3f} ms per output "
+             "token. TTFT is not predicted (prefill all-reduces are larger).", "",
+             "| Cell | Baseline ms/token | Decode predicted | Decode measured | E2E predicted | E2E measured |",
+             "|---|---|---|---|---|---|"]
+    for row in prediction["comparison"]:
+        if not row["compared"]:
+            lines.append(f"| {row['cell']} | not compared: {row['reason']} | | | | |")
+            continue
+        lines.append(f"| {row['cell']} | {row['baseline_ms_per_token']:.2f} | {pct(row['predicted_decode_delta'])} "
+                     f"| {pct(row['measured_decode_delta'])} | {pct(row['predicted_e2e_delta'])} | "
+                     f"{pct(row['measured_e2e_delta'])} |")
+    return lines
+
+
+def render_card(run):
+    run = Path(run)
+    outcome, recipes = load(run, "outcome.json", {}), load(run, "recipes.json", {})
+    verdict, gates = load(run, "ab-verdict.json", {}), load(run, "gates.json", {})
+    preflight, restoration = load(run, "preflight.json", {}), load(run, "restoration.json", {})
+    cells, journal = load(run, "cells.json", {}).get("arms", {}), load(run, "journal-excerpts.json", {})
+    decision = decision_record(run)
+    original = recipes.get("original", {})
+    difference = recipes.get("difference") or {}
+    double = bool(outcome.get("engine_double")) or any("engine_double" in str(word)
+                                                       for word in original.get("argv") or [])
+    assumed = sorted(k for k, v in ((recipes.get("evidence_used") or {}).get("assumed") or {}).items() if v)
+    rule = (f"under the rule {json.dumps(decision['rule'])}" if decision.get("rule")
+            else f"(no verdict rule applied: {outcome.get('failure') or 'no cells were judged'})")
+    concurrency = sorted({c.get("concurrency") for arm in cells.values() for c in arm if c.get("concurrency")})
+    lines = [f"# {outcome.get('candidate_id')} candidate A/B on {outcome.get('host')}", "",
+             f"Run: {outcome.get('run_id')}", "",
+             f"Decision: **{decision['verdict']}** {rule}. "
+             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
+    lines += decision_lines(decision)
+    if double:
+        lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
+                  "and decides, never the real engine's performance.", ""]
+    if assumed:
+        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
+    lines += ["## Result card", "", "| Setup | Value |", "|---|---|",
+              f"| Model | {original.get('model')} @ {original.get('revision')} |",
+              f"| Engine/runtime | {original.get('engine')}"
+              f"{' (TEST DOUBLE)' if double and 'DOUBLE' not in str(original.get('engine')) else ''}"
+              f" / {original.get('runtime')}; image {original.get('image') or 'none (process)'} |",
+              f"| Hardware | {hardware_text(outcome, preflight)} |",
+              f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
+              f"GPUs {original.get('gpus')} |",
+              f"| Concurrency | {', '.join(f'C{c}' for c in concurrency) or 'no cells ran'} |",
+              f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+    lines += cell_rows(verdict, cells)
+    lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
+              "## Gates and retained failures", ""]
+    lines += gate_lines(preflight, gates, verdict, outcome)
     lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
     for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
     prediction = load(run, "prediction.json")
     if prediction:
-        p = prediction["prediction"]
-        lines += ["", "## Predicted vs measured (decode-size all-reduce probe)", "",
-                  f"From {prediction['evidence']} ({prediction.get('source')}): {p['per_step']} all-reduces of "
-                  f"{p['bytes']:,} B per step, {p['baseline_us']:.1f} -> {p['candidate_us']:.1f} us each: "
-                  f"{p['saved_per_step_ms']:.3f} ms saved per step, {p['saved_per_token_ms']:.3f} ms per output "
-                  "token. TTFT is not predicted (prefill all-reduces are larger).", "",
-                  "| Cell | Baseline ms/token | Decode predicted | Decode measured | E2E predicted | E2E measured |",
-                  "|---|---|---|---|---|---|"]
-        for row in prediction["comparison"]:
-            if not row["compared"]:
-                lines.append(f"| {row['cell']} | not compared: {row['reason']} | | | | |")
-                continue
-            lines.append(f"| {row['cell']} | {row['baseline_ms_per_token']:.2f} | {pct(row['predicted_decode_delta'])} "
-                         f"| {pct(row['measured_decode_delta'])} | {pct(row['predicted_e2e_delta'])} | "
-                         f"{pct(row['measured_e2e_delta'])} |")
+        lines += prediction_lines(prediction)
     nccl = (journal.get("candidate") or {}).get("nccl") or {}
     lines += ["", "## Evidence boundary", "",
               f"The candidate's own start-up log reported NCCL {', '.join(nccl.get('versions', [])) or 'n/a'} "
@@ -673,21 +700,8 @@ def check_dir(folder, min_free_mib):
     return None
 
 
-def main(argv):
-    if argv and argv[0] == "check-dir" and len(argv) == 3:
-        problem = check_dir(argv[1], float(argv[2]))
-        if problem:
-            raise SystemExit(problem)
-        print(f"{argv[1]}: writable, room enough")
-        return
-    if argv and argv[0] == "predict" and len(argv) in (3, 4):
-        print(json.dumps(predict_flag(argv[1], float(argv[2]), float(argv[3]) if len(argv) == 4 else None)))
-        return
-    if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify", "trust"):
-        raise SystemExit(__doc__)
-    command, run = argv
-    if not Path(run).is_dir():
-        raise SystemExit(f"no run directory at {run}")
+def on_run(command, run):
+    """finalize, card, trust or verify one run's evidence folder."""
     if command == "finalize":
         try:
             print(json.dumps(finalize(run)))
@@ -708,6 +722,24 @@ def main(argv):
             raise SystemExit(1)
         print(f"{run}: every file matches manifest.json")
 
+
+
+def main(argv):
+    if argv and argv[0] == "check-dir" and len(argv) == 3:
+        problem = check_dir(argv[1], float(argv[2]))
+        if problem:
+            raise SystemExit(problem)
+        print(f"{argv[1]}: writable, room enough")
+        return
+    if argv and argv[0] == "predict" and len(argv) in (3, 4):
+        print(json.dumps(predict_flag(argv[1], float(argv[2]), float(argv[3]) if len(argv) == 4 else None)))
+        return
+    if len(argv) != 2 or argv[0] not in ("finalize", "card", "verify", "trust"):
+        raise SystemExit(__doc__)
+    command, run = argv
+    if not Path(run).is_dir():
+        raise SystemExit(f"no run directory at {run}")
+    on_run(command, run)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -170,11 +170,8 @@ def save(folder, state, plan, plan_path, policy):
     return doc
 
 
-def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="stop", say=print):
-    """Run the plan. identities() -> {host: unit sha256}; run_candidate(cid, run_id, extravars) ->
-    [host records of the fleet summary]; rollback() restores every host. Returns the report."""
-    if policy not in POLICIES:
-        raise PlanError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+def load_plan(plan_path):
+    """The plan's text and document, refused with every problem before any change."""
     text = Path(plan_path).read_text()
     try:
         plan = json.loads(text)
@@ -183,9 +180,12 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
     problems = plan_problems(plan)
     if problems:
         raise PlanError(f"plan {plan_path} refused before any change: " + "; ".join(problems))
-    plan_sha = hashlib.sha256(text.encode()).hexdigest()
-    folder = Path(evidence) / f"plan-{Path(plan_path).stem}-{plan_sha[:12]}"
-    originals = identities()
+    return text, plan
+
+
+def resumed_state(folder, plan_sha, originals, rollback, say):
+    """The plan's state for these originals: started over when an original changed since its decisions, and the
+    candidate that was under way when the last run stopped rolled back and run again."""
     state_path = folder / "state.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else new_state(plan_sha, originals)
     if state["originals"] != originals:
@@ -204,6 +204,33 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
         state["history"].append({"at": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
                                  "event": f"{running[0]} interrupted; rolled back; runs again"})
         del state["candidates"][running[0]]
+    return state
+
+
+def candidate_extravars(entry, plan_path, state):
+    """What one candidate's run is told: its id, the plan, the evidence of its dependencies, its control."""
+    cid = entry["id"]
+    extravars = {"serving_recipe_candidate_id": cid, "serving_recipe_plan_file": str(Path(plan_path).resolve()),
+                 "serving_recipe_plan_evidence": plan_evidence(state, cid)}
+    if isinstance(entry.get("control"), dict):
+        extravars["serving_recipe_custom_change"] = entry["control"]
+    if "value" in entry:
+        extravars["serving_recipe_control_value"] = entry["value"]
+    if entry.get("accept_kv_loss") is True:  # the plan accepts fewer KV tokens for this one (recorded)
+        extravars["rollout_kv_loss_accepted"] = True
+    return extravars
+
+
+def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="stop", say=print):
+    """Run the plan. identities() -> {host: unit sha256}; run_candidate(cid, run_id, extravars) ->
+    [host records of the fleet summary]; rollback() restores every host. Returns the report."""
+    if policy not in POLICIES:
+        raise PlanError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    text, plan = load_plan(plan_path)
+    plan_sha = hashlib.sha256(text.encode()).hexdigest()
+    folder = Path(evidence) / f"plan-{Path(plan_path).stem}-{plan_sha[:12]}"
+    originals = identities()
+    state = resumed_state(folder, plan_sha, originals, rollback, say)
     save(folder, state, plan, plan_path, policy)
     for entry in plan["ordered_candidates"]:
         cid = entry["id"]
@@ -224,14 +251,7 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
         state["candidates"][cid] = {"status": "running", "run_id": run_id}
         save(folder, state, plan, plan_path, policy)
         say(f"plan: {cid} (run {run_id})")
-        extravars = {"serving_recipe_candidate_id": cid, "serving_recipe_plan_file": str(Path(plan_path).resolve()),
-                     "serving_recipe_plan_evidence": plan_evidence(state, cid)}
-        if isinstance(entry.get("control"), dict):
-            extravars["serving_recipe_custom_change"] = entry["control"]
-        if "value" in entry:
-            extravars["serving_recipe_control_value"] = entry["value"]
-        if entry.get("accept_kv_loss") is True:  # the plan accepts fewer KV tokens for this one (recorded)
-            extravars["rollout_kv_loss_accepted"] = True
+        extravars = candidate_extravars(entry, plan_path, state)
         hosts = run_candidate(cid, run_id, extravars)
         state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
         save(folder, state, plan, plan_path, policy)
