@@ -342,48 +342,47 @@ class Engine:
             return shm  # across PCIe root complexes NCCL falls back to SHM
         return "P2P/CUMEM" if self.cumem else "P2P/IPC"
 
+    def nccl_say(self, rank, text):
+        self.log(f"{socket.gethostname()}:{os.getpid() + rank}:{os.getpid() + rank} [{rank}] NCCL INFO {text}")
+
+    def nccl_connect(self, channel, src, dst):
+        via = self.transport(src, dst)
+        # Real NCCL 2.28 prints "Channel 00/0 :" for P2P and "Channel 00 :" for SHM.
+        label = f"{channel:02d}/0" if via.startswith("P2P") else f"{channel:02d}"
+        self.nccl_say(src, f"Channel {label} : {src}[{src}] -> {dst}[{dst}] via {via}")
+
     def nccl_lines(self):
         """Start-up lines shaped like a real single-node NCCL_DEBUG=INFO log: one process per
         rank, a communicator line per rank, the ring order per channel, one-direction ring
         connections per channel, "Connected all rings", tree chains, "Connected all trees"."""
-        host, pid = socket.gethostname(), os.getpid()
         version = self.env.get("DOUBLE_NCCL_VERSION", "2.28.9")
         cuda = self.env.get("DOUBLE_CUDA", "13.0")
-        channels = int(self.env.get("DOUBLE_NCCL_CHANNELS", "2"))
         ranks = self.args.tp_size
-
-        def say(rank, text):
-            self.log(f"{host}:{pid + rank}:{pid + rank} [{rank}] NCCL INFO {text}")
-
-        def connect(channel, src, dst):
-            via = self.transport(src, dst)
-            # Real NCCL 2.28 prints "Channel 00/0 :" for P2P and "Channel 00 :" for SHM.
-            label = f"{channel:02d}/0" if via.startswith("P2P") else f"{channel:02d}"
-            say(src, f"Channel {label} : {src}[{src}] -> {dst}[{dst}] via {via}")
-
         for rank in range(ranks):
-            say(rank, f"NCCL version {version}+cuda{cuda}")
+            self.nccl_say(rank, f"NCCL version {version}+cuda{cuda}")
             # NCCL_DEBUG=INFO's ENV lines: each parameter NCCL read from the environment (real H200 shape)
-            for name in sorted(NCCL_PARAMS & set(self.env)):
-                if name != self.faults.get("drop_env"):
-                    say(rank, f"{name} set by environment to {self.env[name]}")
-        if ranks < 2:
-            return
+            for name in sorted(NCCL_PARAMS & set(self.env) - {self.faults.get("drop_env")}):
+                self.nccl_say(rank, f"{name} set by environment to {self.env[name]}")
+        if ranks >= 2:
+            self.nccl_topology(ranks, int(self.env.get("DOUBLE_NCCL_CHANNELS", "2")))
+
+    def nccl_topology(self, ranks, channels):
+        """The communicator, its rings and trees, rank by rank and channel by channel."""
         for rank in range(ranks):
-            say(rank, f"comm 0x{0x7f000 + rank:x} rank {rank} nRanks {ranks} nNodes 1 localRanks {ranks} "
-                      f"localRank {rank} MNNVL 0")
+            self.nccl_say(rank, f"comm 0x{0x7f000 + rank:x} rank {rank} nRanks {ranks} nNodes 1 localRanks {ranks} "
+                                f"localRank {rank} MNNVL 0")
         for channel in range(channels):
-            say(0, f"Channel {channel:02d}/{channels} : " + " ".join(str(r) for r in range(ranks)))
+            self.nccl_say(0, f"Channel {channel:02d}/{channels} : " + " ".join(str(r) for r in range(ranks)))
         for channel in range(channels):
             for rank in range(ranks):
-                connect(channel, rank, (rank + 1) % ranks)
+                self.nccl_connect(channel, rank, (rank + 1) % ranks)
         for rank in range(ranks):
-            say(rank, "Connected all rings")
+            self.nccl_say(rank, "Connected all rings")
         for channel in range(channels):
             for rank in range(1, ranks):
-                connect(channel, rank, rank - 1)
+                self.nccl_connect(channel, rank, rank - 1)
         for rank in range(ranks):
-            say(rank, "Connected all trees")
+            self.nccl_say(rank, "Connected all trees")
 
     def say(self, key, **values):
         """One line in the real shape of the engine this double plays (its adapter's example)."""
@@ -412,29 +411,42 @@ class Engine:
             self.log(f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [0] misc/cudawrap.cc:179 NCCL WARN "
                      "Failed to find CUDA library libcuda.so (NCCL_CUDA_PATH='') :")
         if "worker_died_at_start" in self.faults:
-            if shape == "vllm":
-                self.log(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:135] Worker proc "
-                         "VllmWorker-1 died unexpectedly, shutting down executor.")
-            else:
-                self.log("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
-                         "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=134217728, NumelOut=134217728, "
-                         "Timeout(ms)=600000) ran for 600059 milliseconds before timing out.")
+            self.worker_died(shape)
             return
+        self.all_reduce_lines()
+        if "hang_before_ready" in self.faults:
+            self.log("waiting for workers (injected fault: hang_before_ready)")
+            return
+        self.capture_graphs()
+        self.load_weights()
+        self.serve(shape)
+
+    def worker_died(self, shape):
+        if shape == "vllm":
+            self.log(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:135] Worker proc "
+                     "VllmWorker-1 died unexpectedly, shutting down executor.")
+        else:
+            self.log("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=134217728, NumelOut=134217728, "
+                     "Timeout(ms)=600000) ran for 600059 milliseconds before timing out.")
+
+    def all_reduce_lines(self):
         if self.custom_ar and self.p2p:
             # the engine using its custom all-reduce: it registers its CUDA-graph buffers
             self.say("custom-all-reduce-enabled", n=4 * max(self.args.tp_size, 1) * 67)
         else:
             reason = "--disable-custom-all-reduce is set" if not self.custom_ar else "P2P is disabled"
             self.say("custom-all-reduce-disabled", reason=reason)
-        if "hang_before_ready" in self.faults:
-            self.log("waiting for workers (injected fault: hang_before_ready)")
-            return
+
+    def capture_graphs(self):
         name, _, value = (self.faults.get("capture_fails_on") or "").partition("=")
         if name and self.env.get(name) == value and name != self.faults.get("drop_env"):
             # NCCL refuses the collective captured into the graph; the engine dies before it serves
             self.say("cuda-graph-capture")
             self.say("cuda-graph-failed", cause="NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)")
             os._exit(1)
+
+    def load_weights(self):
         # A start-up that takes long logs its progress as a real engine's weight loading does (a line a
         # second), so a slow start is told from a hang (hang_before_ready: one line, then nothing).
         startup = float(self.faults.get("startup") or self.env.get("DOUBLE_STARTUP_S", "1.0"))
@@ -445,6 +457,8 @@ class Engine:
             time.sleep(startup / shards)
         while self.faults.get("ready_after_removed") and os.path.exists(self.faults["ready_after_removed"]):
             time.sleep(0.2)
+
+    def serve(self, shape):
         self.model.ready_at = time.monotonic()
         if "burst" in self.faults:
             seconds = float((self.faults["burst"] or "30").split(":")[0])
@@ -454,7 +468,6 @@ class Engine:
         # A KV-loss fault: fewer tokens fit (as cuMem or all-reduce buffers take memory), so fewer requests at once.
         kv_tokens = int(int(self.env.get("DOUBLE_KV_TOKENS", "500000")) * (1 - float(self.faults.get("kv_loss") or 0)))
         self.say("kv-cache", kv_tokens=kv_tokens)
-        shape = self.env.get("DOUBLE_SHAPE", "sglang")
         stated = min(4096, kv_tokens // 128) if shape == "sglang" else f"{kv_tokens / self.args.context_length:.2f}"
         self.say("capacity", kv_tokens=kv_tokens, max_concurrency=stated, context=self.args.context_length)
         self.say("http-starting")
@@ -590,153 +603,158 @@ class Engine:
         self.log(f"left a straggler process ({STRAGGLER_NAME})")
 
 
-def make_handler(engine):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class Handler(BaseHTTPRequestHandler):
+    """The engine's HTTP API: health, metrics, server info, models and chat completions (the engine is set by
+    make_handler)."""
 
-        def log_message(self, *args):  # keep the journal for engine lines
-            pass
+    protocol_version = "HTTP/1.1"
+    engine = None
 
-        def send_json(self, status, body):
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+    def log_message(self, *args):  # keep the journal for engine lines
+        pass
+
+    def send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def authorized(self):
+        key = self.engine.args.api_key
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self.send_json(401, {"error": "unauthorized"})
+            return False
+        return True
+
+    def do_GET(self):
+        path = self.path.split("?")[0]
+        if path in ("/health", "/health_generate"):
+            if self.engine.ready.is_set():
+                self.send_json(200, {})
+            else:
+                self.send_json(503, {"error": "server is starting"})
+        elif not self.engine.ready.is_set():
+            self.send_json(503, {"error": "server is starting"})
+        elif path == "/metrics":
+            data = self.engine.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        elif path in ("/server_info", "/get_server_info"):
+            self.send_json(200, self.engine.server_info())
+        elif path == "/model_info":
+            self.send_json(200, {"model_path": self.engine.args.model_path, "is_generation": True})
+        elif path == "/v1/models":
+            self.send_json(200, {"object": "list", "data": [{
+                "id": self.engine.model_id, "object": "model", "root": self.engine.args.model_path,
+                "max_model_len": self.engine.args.context_length, "owned_by": "engine_double"}]})
+        else:
+            self.send_json(404, {"error": f"no route {path}"})
 
-        def authorized(self):
-            key = engine.args.api_key
-            if key and self.headers.get("Authorization") != f"Bearer {key}":
-                self.send_json(401, {"error": "unauthorized"})
-                return False
-            return True
+    def do_POST(self):
+        if self.path.split("?")[0] != "/v1/chat/completions":
+            self.send_json(404, {"error": f"no route {self.path}"})
+            return
+        if not self.engine.ready.is_set():
+            self.send_json(503, {"error": "server is starting"})
+            return
+        if not self.authorized():
+            return
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            messages = body["messages"]
+        except (ValueError, KeyError) as exc:
+            self.send_json(400, {"error": f"bad request: {exc}"})
+            return
+        faults = self.engine.faults
+        if "stall_after" in faults and self.engine.completed >= int(faults["stall_after"] or "0"):
+            self.engine.log("a request is waiting for a step that never comes (injected fault: stall_after)")
+            time.sleep(3600)
+            return
+        if "fail_requests" in self.engine.faults:
+            self.send_json(500, {"error": "injected fault: fail_requests"})
+        else:
+            self.complete(body, messages)
+        self.engine.request_done()
 
-        def do_GET(self):
-            path = self.path.split("?")[0]
-            if path in ("/health", "/health_generate"):
-                if engine.ready.is_set():
-                    self.send_json(200, {})
-                else:
-                    self.send_json(503, {"error": "server is starting"})
-            elif not engine.ready.is_set():
-                self.send_json(503, {"error": "server is starting"})
-            elif path == "/metrics":
-                data = engine.metrics_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            elif path in ("/server_info", "/get_server_info"):
-                self.send_json(200, engine.server_info())
-            elif path == "/model_info":
-                self.send_json(200, {"model_path": engine.args.model_path, "is_generation": True})
-            elif path == "/v1/models":
-                self.send_json(200, {"object": "list", "data": [{
-                    "id": engine.model_id, "object": "model", "root": engine.args.model_path,
-                    "max_model_len": engine.args.context_length, "owned_by": "engine_double"}]})
-            else:
-                self.send_json(404, {"error": f"no route {path}"})
+    def complete(self, body, messages):
+        prompt = message_text(messages)
+        prompt_tokens = count_tokens(prompt)
+        if prompt_tokens > self.engine.args.context_length:
+            self.send_json(400, {"error": f"prompt of {prompt_tokens} tokens exceeds "
+                                          f"context length {self.engine.args.context_length}"})
+            return
+        max_tokens = int(body.get("max_tokens") or 16)
+        started = time.monotonic()
+        words, tool_calls = self.answer(body, prompt, max_tokens)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
+                 "total_tokens": prompt_tokens + len(words)}
+        ident = f"chatcmpl-double-{os.getpid()}-{self.engine.completed}"
+        finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
+        pieces = [{"tool_calls": tool_calls}] if tool_calls else [
+            {"content": (" " if i else "") + word} for i, word in enumerate(words)]
+        is_cell = self.headers.get("X-Request-Id", "").startswith("serving-rollout-cell-")
+        produced = self.engine.token_times(started, prompt_tokens, len(pieces), self.engine.cell_burst(is_cell))
+        if not body.get("stream"):
+            for _ in produced:
+                pass
+            message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            if body.get("logprobs") and not tool_calls:
+                choice["logprobs"] = token_logprobs(prompt, words, self.engine.faults)
+            self.send_json(200, {"id": ident, "object": "chat.completion",
+                                 "model": self.engine.model_id, "usage": usage, "choices": [choice]})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for i, delta in zip(produced, pieces, strict=True):
+            if i == 0:
+                delta = {"role": "assistant", **delta}
+            self.sse({"id": ident, "object": "chat.completion.chunk", "model": self.engine.model_id,
+                      "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        self.sse({"id": ident, "object": "chat.completion.chunk", "model": self.engine.model_id,
+                  "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                  "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
-        def do_POST(self):
-            if self.path.split("?")[0] != "/v1/chat/completions":
-                self.send_json(404, {"error": f"no route {self.path}"})
-                return
-            if not engine.ready.is_set():
-                self.send_json(503, {"error": "server is starting"})
-                return
-            if not self.authorized():
-                return
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                messages = body["messages"]
-            except (ValueError, KeyError) as exc:
-                self.send_json(400, {"error": f"bad request: {exc}"})
-                return
-            if "stall_after" in engine.faults and engine.completed >= int(engine.faults["stall_after"] or "0"):
-                engine.log("a request is waiting for a step that never comes (injected fault: stall_after)")
-                time.sleep(3600)
-                return
-            if "fail_requests" in engine.faults:
-                self.send_json(500, {"error": "injected fault: fail_requests"})
-            else:
-                self.complete(body, messages)
-            engine.request_done()
+    def sse(self, payload):
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
 
-        def complete(self, body, messages):
-            prompt = message_text(messages)
-            prompt_tokens = count_tokens(prompt)
-            if prompt_tokens > engine.args.context_length:
-                self.send_json(400, {"error": f"prompt of {prompt_tokens} tokens exceeds "
-                                              f"context length {engine.args.context_length}"})
-                return
-            max_tokens = int(body.get("max_tokens") or 16)
-            started = time.monotonic()
-            words, tool_calls = self.answer(body, prompt, max_tokens)
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
-                     "total_tokens": prompt_tokens + len(words)}
-            ident = f"chatcmpl-double-{os.getpid()}-{engine.completed}"
-            finish = "tool_calls" if tool_calls else ("length" if len(words) >= max_tokens else "stop")
-            pieces = [{"tool_calls": tool_calls}] if tool_calls else [
-                {"content": (" " if i else "") + word} for i, word in enumerate(words)]
-            is_cell = self.headers.get("X-Request-Id", "").startswith("serving-rollout-cell-")
-            produced = engine.token_times(started, prompt_tokens, len(pieces), engine.cell_burst(is_cell))
-            if not body.get("stream"):
-                for _ in produced:
-                    pass
-                message = {"role": "assistant", "content": None if tool_calls else " ".join(words)}
-                if tool_calls:
-                    message["tool_calls"] = tool_calls
-                choice = {"index": 0, "message": message, "finish_reason": finish}
-                if body.get("logprobs") and not tool_calls:
-                    choice["logprobs"] = token_logprobs(prompt, words, engine.faults)
-                self.send_json(200, {"id": ident, "object": "chat.completion",
-                                     "model": engine.model_id, "usage": usage, "choices": [choice]})
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for i, delta in zip(produced, pieces, strict=True):
-                if i == 0:
-                    delta = {"role": "assistant", **delta}
-                self.sse({"id": ident, "object": "chat.completion.chunk", "model": engine.model_id,
-                          "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-            self.sse({"id": ident, "object": "chat.completion.chunk", "model": engine.model_id,
-                      "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
-                      "usage": usage})
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+    def answer(self, body, prompt, max_tokens):
+        tools = body.get("tools") or []
+        if tools and body.get("tool_choice") != "none":
+            function = tools[0]["function"]
+            arguments = example_for_schema(function.get("parameters", {}), prompt)
+            return ["<tool_call>"], [{"id": "call_0", "type": "function", "function": {
+                "name": function["name"], "arguments": json.dumps(arguments)}}]
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") in ("json_object", "json_schema"):
+            schema = (fmt.get("json_schema") or {}).get("schema", {"type": "object"})
+            value = example_for_schema(schema, prompt)
+            if schema.get("type", "object") == "object" and not value:
+                value = {"answer": "ok"}
+            return json.dumps(value).split(" "), None
+        words = answer_words(prompt, max_tokens, self.engine.faults)
+        if words and words[0].startswith("word"):  # free text only: the gates' answers stay right
+            words = corrupt(words, prompt, float(self.engine.faults.get("corrupt_tokens") or 0),
+                            self.engine.corruption)
+        return words, None
 
-        def sse(self, payload):
-            self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
-            self.wfile.flush()
 
-        def answer(self, body, prompt, max_tokens):
-            tools = body.get("tools") or []
-            if tools and body.get("tool_choice") != "none":
-                function = tools[0]["function"]
-                arguments = example_for_schema(function.get("parameters", {}), prompt)
-                return ["<tool_call>"], [{"id": "call_0", "type": "function", "function": {
-                    "name": function["name"], "arguments": json.dumps(arguments)}}]
-            fmt = body.get("response_format") or {}
-            if fmt.get("type") in ("json_object", "json_schema"):
-                schema = (fmt.get("json_schema") or {}).get("schema", {"type": "object"})
-                value = example_for_schema(schema, prompt)
-                if schema.get("type", "object") == "object" and not value:
-                    value = {"answer": "ok"}
-                return json.dumps(value).split(" "), None
-            words = answer_words(prompt, max_tokens, engine.faults)
-            if words and words[0].startswith("word"):  # free text only: the gates' answers stay right
-                words = corrupt(words, prompt, float(engine.faults.get("corrupt_tokens") or 0),
-                                engine.corruption)
-            return words, None
-
-    return Handler
-
+def make_handler(engine):
+    return type("EngineHandler", (Handler,), {"engine": engine})
 
 def main(argv=None):
     args = parse_engine_args(sys.argv[1:] if argv is None else argv)
