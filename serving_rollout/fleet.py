@@ -17,7 +17,6 @@ the records after every change, under one lock, so they are current even when th
 import fcntl
 import json
 import secrets
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -173,36 +172,3 @@ def mark_lost(evidence, run_id, host, why):
     if not (fleet / "hosts.json").exists() or (load_records(fleet).get(host) or {}).get("outcome") != "started":
         return None
     return record(evidence, run_id, host, {"lost": True, "failure": why})
-
-
-def main(argv):
-    try:
-        if len(argv) == 5 and argv[0] == "begin":
-            with locked(argv[1]):
-                print(json.dumps(begin(argv[1], argv[2], argv[3].split(","), argv[4].split(","))))
-            return
-        if len(argv) == 4 and argv[0] == "lost":
-            with locked(argv[1]):
-                print(json.dumps(mark_lost(argv[1], argv[2], argv[3], sys.stdin.read().strip())))
-            return
-        if len(argv) == 4 and argv[0] == "record":
-            try:
-                facts = json.loads(sys.stdin.read())
-            except ValueError as exc:
-                raise SystemExit(f"record needs the host's outcome as JSON on stdin: {exc}") from None
-            with locked(argv[1]):
-                print(json.dumps(record(argv[1], argv[2], argv[3], facts)))
-            return
-    except OSError as exc:  # a read-only or full evidence disk: the folder and the error, no traceback
-        raise SystemExit(f"evidence folder {argv[1]} is not writable: {exc.strerror}") from None
-    if len(argv) == 3 and argv[0] == "summary":
-        path = Path(argv[1]) / f"fleet-{argv[2]}" / "summary.json"
-        if not path.exists():
-            raise SystemExit(f"no fleet run {argv[2]} under {argv[1]}")
-        print(path.read_text(), end="")
-    else:
-        raise SystemExit(__doc__)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -190,26 +190,3 @@ def promote(inventory_dir, host, groups, variable, change, out_dir, write=False)
     if write:
         Path(path).write_text(after)
     return {"file": path, "patch": patch, "written": write, "out": str(out)}
-
-
-def main(argv=None):
-    """python -m serving_rollout.recipe promote INVENTORY_DIR HOST GROUPS VARIABLE CHANGE_JSON OUT_DIR [--write]"""
-    import json
-    import sys
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 7 or args[0] != "promote":
-        print(main.__doc__, file=sys.stderr)
-        return 2
-    try:
-        result = promote(args[1], args[2], [g for g in args[3].split(",") if g], args[4], json.loads(args[5]),
-                         args[6], write="--write" in args[7:])
-    except (RecipeError, recipe_render.RecipeRenderError, ValueError, OSError) as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 1
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

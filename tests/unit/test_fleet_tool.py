@@ -1,14 +1,21 @@
-"""The fleet records on the controller: outcomes, when a batch may start, the summary, the lock."""
+"""The fleet records on the controller: outcomes, when a batch may start, the summary, the lock, and the
+fleet_record action that writes them inside a play (in-process)."""
 
 import json
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
+from ansible.errors import AnsibleActionFail
+from test_host_steps import action_class
 
 from serving_rollout import fleet
 
-TOOL = ["-m", "serving_rollout.fleet"]
+
+def fleet_action(**args):
+    """action_plugins/fleet_record.py run in-process, as a task would."""
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="fleet_record")
+    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused"))
+    return action_class("fleet_record")(task, connection, None, None, None).run(task_vars={})
 
 
 @pytest.mark.parametrize("facts, outcome", [
@@ -63,21 +70,22 @@ def test_hosts_never_reached_are_listed_not_started(tmp_path):
     assert doc["counts"] == {"failed, restored": 1, "not-started": 2}
 
 
-def test_cli_record_needs_json_and_names_the_problem(tmp_path):
-    subprocess.run([sys.executable, *TOOL, "begin", tmp_path, "R2", "a", "a"], check=True, capture_output=True)
-    bad = subprocess.run([sys.executable, *TOOL, "record", tmp_path, "R2", "a"], input="not json",
-                         capture_output=True, text=True)
-    assert bad.returncode != 0 and "record needs the host's outcome as JSON on stdin" in bad.stderr
-    missing = subprocess.run([sys.executable, *TOOL, "summary", tmp_path, "R9"], capture_output=True, text=True)
-    assert missing.returncode != 0 and "no fleet run R9" in missing.stderr
+def test_the_action_begins_records_and_refuses_an_outcome_that_is_not_a_mapping(tmp_path):
+    began = fleet_action(op="begin", evidence_dir=str(tmp_path), run_id="R2", hosts=["a"], batch=["a"])
+    assert began == {"changed": False, "begin": {"stop": False, "stopped_by": None, "outcome": None}}
+    with pytest.raises(AnsibleActionFail, match="outcome"):
+        fleet_action(op="record", evidence_dir=str(tmp_path), run_id="R2", host="a", outcome="not json")
+    kept = fleet_action(op="record", evidence_dir=str(tmp_path), run_id="R2", host="a",
+                        outcome={"failure": "boom", "entered_candidate_phase": True, "restored": True})
+    assert kept["record"]["outcome"] == "failed, restored"
 
 
 def test_an_unwritable_evidence_folder_is_named_without_a_traceback(tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
-    result = subprocess.run([sys.executable, *TOOL, "begin", blocked, "R3", "h1", "h1"], capture_output=True, text=True)
-    assert result.returncode != 0 and f"evidence folder {blocked} is not writable" in result.stderr
-    assert "Traceback" not in result.stderr
+    with pytest.raises(AnsibleActionFail) as refused:
+        fleet_action(op="begin", evidence_dir=str(blocked), run_id="R3", hosts=["h1"], batch=["h1"])
+    assert str(refused.value) == f"evidence folder {blocked} is not writable: File exists"
 
 
 def test_a_record_links_only_to_an_evidence_folder_that_exists(tmp_path):
@@ -102,6 +110,5 @@ def test_a_killed_runs_started_row_is_recorded_lost_and_an_ended_row_is_left(tmp
     assert fleet.mark_lost(str(tmp_path), "NOPE", "a", "x") is None  # no such fleet run here
     summary = json.loads((tmp_path / "fleet-R1" / "summary.json").read_text())
     assert [(h["host"], h["outcome"]) for h in summary["hosts"]] == [("a", "lost"), ("b", "interrupted")]
-    done = subprocess.run([sys.executable, "-m", "serving_rollout.fleet", "lost", str(tmp_path), "R1", "a"],
-                          input="again", capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.strip() == "null"  # lost already: left as it is
+    again = fleet_action(op="lost", evidence_dir=str(tmp_path), run_id="R1", host="a", why="again")
+    assert again == {"changed": False, "lost": None}  # lost already: left as it is

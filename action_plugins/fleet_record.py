@@ -1,0 +1,42 @@
+"""Action plugin: the fleet's records on the controller, inside the play - a batch begins only if every
+earlier host passed, a host's outcome is recorded (and the summary rendered again), a host lost to a killed
+run is marked so. Every write is under the evidence folder's lock (serving_rollout.fleet, which does the
+work). Documentation: library/fleet_record.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from serving_rollout import fleet
+
+ARGUMENT_SPEC = {
+    "op": {"type": "str", "required": True, "choices": ["begin", "record", "lost"]},
+    "evidence_dir": {"type": "path", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "hosts": {"type": "list", "elements": "str", "default": []},
+    "batch": {"type": "list", "elements": "str", "default": []},
+    "host": {"type": "str", "default": ""},
+    "outcome": {"type": "dict", "default": {}},
+    "why": {"type": "str", "default": ""},
+}
+
+OPS = {
+    "begin": lambda p: {"begin": fleet.begin(p["evidence_dir"], p["run_id"], p["hosts"], p["batch"])},
+    "record": lambda p: {"record": fleet.record(p["evidence_dir"], p["run_id"], p["host"], p["outcome"])},
+    "lost": lambda p: {"lost": fleet.mark_lost(p["evidence_dir"], p["run_id"], p["host"], p["why"])},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if self._task.check_mode:
+            return {"changed": False, "begin": {"stop": False}, "msg": "check mode: no fleet record written"}
+        try:
+            with fleet.locked(p["evidence_dir"]):
+                return {"changed": False, **OPS[p["op"]](p)}  # controller records only
+        except OSError as exc:  # a read-only or full evidence disk: the folder and the error, no traceback
+            raise AnsibleActionFail(f"evidence folder {p['evidence_dir']} is not writable: {exc.strerror}") from None

@@ -1,0 +1,36 @@
+"""Action plugin: a managed host's promotion as a patch to the inventory file that holds its recipe (and the
+patch that reverts it), written on the controller; with write, the inventory file too. The work is
+serving_rollout.recipe.promote's. Documentation: library/inventory_patch.py."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from serving_rollout import recipe
+from serving_rollout.module_utils.recipe_render import RecipeRenderError
+
+ARGUMENT_SPEC = {
+    "inventory_dir": {"type": "path", "required": True},
+    "host": {"type": "str", "required": True},
+    "groups": {"type": "list", "elements": "str", "default": []},
+    "variable": {"type": "str", "required": True},
+    "change": {"type": "dict", "required": True},
+    "out_dir": {"type": "path", "required": True},
+    "write": {"type": "bool", "default": False},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if self._task.check_mode:
+            return {"changed": p["write"], "msg": "check mode: no patch written"}
+        try:
+            result = recipe.promote(p["inventory_dir"], p["host"], p["groups"], p["variable"], p["change"],
+                                    p["out_dir"], write=p["write"])
+        except (recipe.RecipeError, RecipeRenderError, ValueError, OSError) as exc:
+            raise AnsibleActionFail(f"no inventory patch: {exc}") from None
+        return {"changed": p["write"], **result}

@@ -1,0 +1,64 @@
+"""Action plugin: the controller's side of a run's evidence, inside the play - the evidence folder checked
+before any change, the decode prediction weighed, the run folder finalized (decision, card, plot, manifest,
+seal, index) and a run's evidence trusted before promotion. The work is serving_rollout.evidence's; this file
+calls it and turns its refusals into a failed task that names them. Documentation: library/run_evidence.py."""
+
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from serving_rollout import evidence
+
+ARGUMENT_SPEC = {
+    "op": {"type": "str", "required": True, "choices": ["check_dir", "predict", "finalize", "trust"]},
+    "path": {"type": "path", "required": True},
+    "min_free_mib": {"type": "float", "default": 0},
+    "min_effect": {"type": "float", "default": 0.02},
+    "decode_ms_per_token": {"type": "float", "default": 0},
+}
+
+
+def check_dir(p):
+    problem = evidence.check_dir(p["path"], p["min_free_mib"])
+    if problem:
+        raise AnsibleActionFail(problem)
+    return {"changed": False}
+
+
+def predict(p):
+    return {"changed": False,
+            "prediction": evidence.predict_flag(p["path"], p["min_effect"], p["decode_ms_per_token"] or None)}
+
+
+def finalize(p):
+    try:
+        return {"changed": True, "record": evidence.finalize(p["path"])}
+    except OSError as exc:  # a full or read-only disk: the path and the error, no traceback
+        raise AnsibleActionFail(f"cannot finalize {p['path']}: {exc.filename or p['path']}: {exc.strerror}") from None
+    except SystemExit as exc:  # a run folder is never finalized twice
+        raise AnsibleActionFail(str(exc)) from None
+
+
+def trust(p):
+    record = evidence.trust(p["path"])
+    if record["problems"]:
+        raise AnsibleActionFail(f"run {p['path']} cannot be trusted: " + "; ".join(record["problems"]))
+    return {"changed": False, "trust": record}
+
+
+OPS = {"check_dir": check_dir, "predict": predict, "finalize": finalize, "trust": trust}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if p["op"] in ("finalize", "trust") and not os.path.isdir(p["path"]):
+            raise AnsibleActionFail(f"no run directory at {p['path']}")
+        if p["op"] == "finalize" and self._task.check_mode:
+            return {"changed": True, "msg": f"check mode: {p['path']} not finalized"}
+        return OPS[p["op"]](p)
