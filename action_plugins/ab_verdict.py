@@ -3,7 +3,8 @@ controller (numpy and scipy are the controller's, never the host's). The statist
 module_utils/abstats.py's; this file checks the arguments and calls them. Documentation: library/ab_verdict.py."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
+
+from serving_rollout.actions import SpecAction
 
 ARGUMENT_SPEC = {
     "cells": {"type": "list", "elements": "dict", "required": True},
@@ -16,13 +17,10 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+class ActionModule(SpecAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def step(self, p, task_vars):
         try:
             from serving_rollout.module_utils.abstats import cell_verdict, decide
         except ImportError as exc:

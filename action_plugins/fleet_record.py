@@ -4,9 +4,9 @@ run is marked so. Every write is under the evidence folder's lock (serving_rollo
 work). Documentation: library/fleet_record.py."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from serving_rollout import fleet
+from serving_rollout.actions import SpecAction
 
 ARGUMENT_SPEC = {
     "op": {"type": "str", "required": True, "choices": ["begin", "record", "lost"]},
@@ -26,13 +26,10 @@ OPS = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+class ActionModule(SpecAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def step(self, p, task_vars):
         if self._task.check_mode:
             return {"changed": False, "begin": {"stop": False}, "msg": "check mode: no fleet record written"}
         try:

@@ -3,9 +3,9 @@ patch that reverts it), written on the controller; with write, the inventory fil
 serving_rollout.recipe.promote's. Documentation: library/inventory_patch.py."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from serving_rollout import recipe
+from serving_rollout.actions import SpecAction
 from serving_rollout.module_utils.recipe_render import RecipeRenderError
 
 ARGUMENT_SPEC = {
@@ -19,13 +19,10 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+class ActionModule(SpecAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def step(self, p, task_vars):
         if self._task.check_mode:
             return {"changed": p["write"], "msg": "check mode: no patch written"}
         try:

@@ -6,9 +6,9 @@ calls it and turns its refusals into a failed task that names them. Documentatio
 import os
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from serving_rollout import evidence
+from serving_rollout.actions import SpecAction
 
 ARGUMENT_SPEC = {
     "op": {"type": "str", "required": True, "choices": ["check_dir", "predict", "finalize", "trust"]},
@@ -50,13 +50,10 @@ def trust(p):
 OPS = {"check_dir": check_dir, "predict": predict, "finalize": finalize, "trust": trust}
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+class ActionModule(SpecAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        _, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def step(self, p, task_vars):
         if p["op"] in ("finalize", "trust") and not os.path.isdir(p["path"]):
             raise AnsibleActionFail(f"no run directory at {p['path']}")
         if p["op"] == "finalize" and self._task.check_mode:

@@ -55,6 +55,7 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.put_back import candidate_paths
 
 
@@ -83,12 +84,12 @@ def main():
         except OSError as exc:
             module.fail_json(msg=f"cannot remove {path}: {exc}", removed=removed)
     if set(removed) & set(units):
-        rc, out, err = module.run_command(["systemctl", "daemon-reload"])
+        rc, out, err = host_run(module, ["systemctl", "daemon-reload"])
         if rc != 0:
             module.fail_json(msg=f"systemctl daemon-reload failed (rc {rc}): {err.strip()}", removed=removed)
-    failed = module.run_command(["systemctl", "is-failed", "--quiet", p["candidate_unit"]])[0] == 0
+    failed = host_run(module, ["systemctl", "is-failed", "--quiet", p["candidate_unit"]])[0] == 0
     if failed:
-        rc, out, err = module.run_command(["systemctl", "reset-failed", p["candidate_unit"]])
+        rc, out, err = host_run(module, ["systemctl", "reset-failed", p["candidate_unit"]])
         if rc != 0:
             module.fail_json(msg=f"systemctl reset-failed {p['candidate_unit']} failed (rc {rc}): {err.strip()}",
                              removed=removed)

@@ -74,6 +74,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.container_truth import proof, view
+from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.unit_oracle import proof_reason
 
 
@@ -90,7 +91,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    rc, out, err = module.run_command([p["runtime"], "inspect", "--type", "container", p["name"]])
+    rc, out, err = host_run(module, [p["runtime"], "inspect", "--type", "container", p["name"]])
     if rc != 0:
         module.fail_json(msg=f"{p['runtime']} cannot inspect container {p['name']!r}: {err.strip()[-300:]}")
     found = json.loads(out or "[]")
@@ -105,7 +106,7 @@ def main():
         # differ because the image does, which is the control. Read from both images, never from the unit.
         image_env = set()
         for image in (p["compare_with"].get("image_id"), found[0].get("Image")):
-            rc, out, err = module.run_command([p["runtime"], "image", "inspect", "--format", "{{json .Config.Env}}",
+            rc, out, err = host_run(module, [p["runtime"], "image", "inspect", "--format", "{{json .Config.Env}}",
                                                image or ""])
             if rc == 0 and out.strip():
                 image_env |= {e.split("=", 1)[0] for e in json.loads(out) or []}

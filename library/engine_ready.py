@@ -98,6 +98,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_adapters import health_path
 from ansible.module_utils.engine_client import wait_healthy
 from ansible.module_utils.env_files import secret_values
+from ansible.module_utils.host_commands import runner
 from ansible.module_utils.start_watch import StartWatch
 
 
@@ -120,7 +121,7 @@ def main():
     path = p["path"] or health_path(p["engine"])
     if module.check_mode:
         module.exit_json(changed=False, elapsed_s=0.0, polls=0, status=None, path=path)
-    watch = StartWatch(module.run_command, p["engine"], p["unit"], secret_values(p["env_files"]))
+    watch = StartWatch(runner(module), p["engine"], p["unit"], secret_values(p["env_files"]))
     watching = p["unit"] and p["stall_s"] > 0
     result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=watch.unit_failed,
                           progress=watch.progress if watching else None, stall_s=p["stall_s"])

@@ -59,13 +59,14 @@ remaining:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run, runner
 from ansible.module_utils.unit_recipe import redact_argv
 from ansible.module_utils.unit_stop import GONE, active_state, stop
 
 
 def unit_processes(module, unit):
     """pid and redacted command line of every process in the unit's cgroup."""
-    _, group, _ = module.run_command(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit])
+    _, group, _ = host_run(module, ["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit])
     found = []
     try:
         with open(f"/sys/fs/cgroup{group.strip()}/cgroup.procs") as handle:
@@ -96,10 +97,10 @@ def main():
         module.fail_json(msg=f"deadline_s must be positive and kill_wait_s not negative, got {p['deadline_s']} "
                              f"and {p['kill_wait_s']}")
     if module.check_mode:
-        state = active_state(module.run_command, p["unit"])
+        state = active_state(runner(module), p["unit"])
         module.exit_json(changed=state not in GONE, stopped=state in GONE, escalated=False,
                          elapsed_s=0.0, how=f"check mode: {p['unit']} is {state}")
-    result = stop(p["unit"], p["deadline_s"], module.run_command, kill_wait_s=p["kill_wait_s"])
+    result = stop(p["unit"], p["deadline_s"], runner(module), kill_wait_s=p["kill_wait_s"])
     if not result["stopped"]:
         module.fail_json(msg=result["how"], remaining=unit_processes(module, p["unit"]), **result)
     module.exit_json(**result)

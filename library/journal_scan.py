@@ -107,6 +107,7 @@ from ansible.module_utils.controls import ControlError, prove
 from ansible.module_utils.engine_adapters import arg_effect, collectives, read_log, ready_after_s
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
+from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
 from ansible.module_utils.unit_recipe import REDACTED, is_public_flag, is_public_name
 
@@ -192,13 +193,13 @@ def main():
         module.fail_json(msg=f"extra_error_patterns holds a bad regular expression: {exc}")
     invocation = p["invocation_id"]
     if not invocation:
-        rc, out, err = module.run_command(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
+        rc, out, err = host_run(module, ["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
         invocation = out.strip()
     if not invocation:
         empty = judge(p["engine"], [])
         module.exit_json(changed=False, scan=dict(empty, invocation_id=None, excerpt=[],
                                                   reason=f"{p['unit']} has no invocation"))
-    rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "short-unix",
+    rc, out, err = host_run(module, ["journalctl", "--no-pager", "-o", "short-unix",
                                        f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}")

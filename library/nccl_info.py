@@ -62,6 +62,7 @@ nccl:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.nccl_facts import (
     decode_version,
     image_probe_command,
@@ -72,7 +73,7 @@ from ansible.module_utils.nccl_facts import (
 
 
 def image_versions(module, runtime, image):
-    rc, out, err = module.run_command(image_probe_command(runtime, image))
+    rc, out, err = host_run(module, image_probe_command(runtime, image))
     if rc != 0:
         return {"reason": f"{runtime} run {image} failed (rc={rc}): {err.strip()[-500:]}"}
     try:

@@ -147,6 +147,7 @@ previous:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import runner
 from ansible.module_utils.host_lock import Refused, held, read_lock, release, take
 from ansible.module_utils.unit_stop import active_state
 
@@ -179,7 +180,7 @@ def main():
         if p["state"] in STEPS:
             result = STEPS[p["state"]](p, current, module.check_mode)
         else:
-            result = take(p, current, lambda unit: active_state(module.run_command, unit), module.check_mode)
+            result = take(p, current, lambda unit: active_state(runner(module), unit), module.check_mode)
     except Refused as refused:
         module.fail_json(msg=refused.msg, **refused.fields)
     module.exit_json(**result)

@@ -104,12 +104,13 @@ import sys
 
 from ansible.module_utils import put_back, unit_stop, watchdog
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run, runner
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.unit_stop import active_state, stop_if_running
 
 
 def run(module, argv):
-    rc, out, err = module.run_command(argv)
+    rc, out, err = host_run(module, argv)
     if rc != 0:
         module.fail_json(msg=f"{' '.join(argv[:3])} failed (rc {rc}): {(err or out).strip()}", rc=rc, stdout=out,
                          stderr=err)
@@ -118,7 +119,7 @@ def run(module, argv):
 def stop(module, unit, result):
     """Stop the watchdog; one that ended on its own meanwhile (a lock released, a lapsed lease) is stopped as
     asked (unit_stop.stop_if_running)."""
-    problem = stop_if_running(module.run_command, unit)
+    problem = stop_if_running(runner(module), unit)
     if problem:
         module.fail_json(msg=problem, **result)
 
@@ -137,7 +138,7 @@ def main():
         required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "lock_path"])],
         supports_check_mode=True)
     p = module.params
-    was = active_state(module.run_command, p["watchdog_unit"]) or "inactive"
+    was = active_state(runner(module), p["watchdog_unit"]) or "inactive"
     result = {"was": was}
     if p["state"] == "stopped":
         running = was in ("active", "activating")

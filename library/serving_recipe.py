@@ -133,6 +133,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run, runner
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
 from ansible.module_utils.recipe_adopt import managed_recipe
@@ -159,7 +160,7 @@ SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "Su
 
 
 def systemctl_show(module, unit):
-    rc, out, err = module.run_command(["systemctl", "show", "-p", ",".join(SHOW_PROPS), "--", unit])
+    rc, out, err = host_run(module, ["systemctl", "show", "-p", ",".join(SHOW_PROPS), "--", unit])
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -219,7 +220,7 @@ def nccl_configuration(module, recipe, sections, state):
         # A missing runtime or interpreter is a note in the capture, never a module failure.
         if not (os.path.isabs(argv[0]) and os.access(argv[0], os.X_OK)) and not module.get_bin_path(argv[0]):
             return 127, "", f"{argv[0]} not found"
-        return module.run_command(argv)
+        return host_run(module, argv)
 
     sources, notes = read_sources(recipe, home, read_optional, run)
     running = None
@@ -281,7 +282,7 @@ def read_unit(module, unit):
         texts[path], info = read(module, path, kind)
         files.append(info)
     try:
-        systemd = unit_reading(module.run_command, unit, list(texts), probe_it=not module.check_mode)
+        systemd = unit_reading(runner(module), unit, list(texts), probe_it=not module.check_mode)
     except ReadingError as exc:
         module.fail_json(msg=f"{unit}: {exc}")
     try:

@@ -62,6 +62,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.put_back import left_to_put_back, untouched_refusal
 
 PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "InvocationID")
@@ -69,7 +70,7 @@ PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "Invocat
 
 def show(module, unit, required=True):
     """The unit's properties; a failed read fails the module when required, else is None."""
-    rc, out, err = module.run_command(["systemctl", "show", "-p", ",".join(PROPERTIES), "--", unit],
+    rc, out, err = host_run(module, ["systemctl", "show", "-p", ",".join(PROPERTIES), "--", unit],
                                       environ_update={"LC_ALL": "C"})
     if rc != 0 and required:
         module.fail_json(msg=f"systemctl show {unit} failed (rc {rc}): {err.strip()}")

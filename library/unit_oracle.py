@@ -72,6 +72,7 @@ differences:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_commands import runner
 from ansible.module_utils.systemd_reading import ReadingError, busctl, probe
 from ansible.module_utils.unit_oracle import (
     EXEC_PROPERTIES,
@@ -87,7 +88,7 @@ from ansible.module_utils.unit_recipe import redact_argv
 
 
 def read_unit(module, unit, key):
-    run = module.run_command
+    run = runner(module)
     try:
         exec_lines = {prop: busctl(run, unit, "Service", prop) for prop in EXEC_PROPERTIES}
         environment = busctl(run, unit, "Service", "Environment")

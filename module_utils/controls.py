@@ -5,7 +5,7 @@ flag, with the value a plan gives, or removed); the engine's default; how the en
 output PROVES the candidate runs with it; the evidence it needs first; the candidates it must come
 after; and its expected-effect model where one exists. Everything else reads this: the plan's
 selection (serving_rollout.candidate_plan), the plan executor (serving_rollout.plan), the rollout's
-proof step (journal_scan -> prove), the allow-list of values evidence may show, and the README table
+proof step (journal_scan -> prove), the allow-list of values evidence may show, and the docs/controls.md table
 (a test keeps it equal to `table()`). Adding a control is one entry here plus its tests.
 
 Pure: shipped to hosts as ansible.module_utils.controls and imported on the controller as
@@ -395,7 +395,7 @@ def prove(proof, change, engine, text, scan):
     return {"kind": kind, "proven": bool(proven), "expected": expected, "saw": "" if proven else saw}
 
 
-# ---- the README table --------------------------------------------------------------------------
+# ---- the docs/controls.md table -------------------------------------------------------------------
 
 def _setter_text(setter):
     if setter["kind"] == "env":
@@ -412,7 +412,7 @@ def _setter_text(setter):
 
 
 def table():
-    """The catalog as the README's markdown table."""
+    """The catalog as docs/controls.md's markdown table."""
     rows = ["| id | group | SGLang | vLLM | proven by | numerics | needs first |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for item in CATALOG:

@@ -1,6 +1,6 @@
 """The controls catalog (module_utils/controls.py): every entry's setter on a unit of each engine
 shape (process, container, EnvironmentFile-held), its proof against real log excerpts where the
-engine shows it and where it does not, and the README table as the catalog renders it."""
+engine shows it and where it does not, and the docs/controls.md table as the catalog renders it."""
 
 import json
 import re
@@ -255,9 +255,9 @@ def test_catalog_flags_are_shown_in_evidence_and_secrets_are_not():
     assert not ur.is_public_flag("--api-key")
 
 
-def test_the_readme_table_is_the_catalogs():
-    readme = (REPO / "README.md").read_text()
-    assert controls.table() in readme, "README's Controls table differs from controls.table(); paste it again"
+def test_the_docs_table_is_the_catalogs():
+    doc = (REPO / "docs" / "controls.md").read_text()
+    assert controls.table() in doc, "docs/controls.md's Controls table differs from controls.table(); paste it again"
 
 
 def test_an_image_upgrade_is_the_one_control_in_every_reading_and_nothing_else_is():

@@ -114,3 +114,21 @@ def test_the_inventory_check_sees_an_unknown_variable():
     names = [name for _, name in inventory_variables(REPO / "inventory" / "example")]
     assert "serving_recipe_unit" in names and "ansible_host" in names  # group_vars and hosts.yml both read
     assert "serving_unit_name" not in known_inputs()  # the old, unread name would be refused
+
+
+def test_every_argument_spec_default_is_the_roles_default():
+    """An option with a value in defaults/main.yml documents that value as its default: (ansible-doc shows it),
+    and the two never drift apart; a required option has no default."""
+    drift, undocumented = [], []
+    for spec in sorted(REPO.glob("roles/*/meta/argument_specs.yml")):
+        defaults_file = spec.parent.parent / "defaults" / "main.yml"
+        defaults = (yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else None) or {}
+        for entry, doc in yaml.safe_load(spec.read_text())["argument_specs"].items():
+            for name, option in (doc.get("options") or {}).items():
+                if name not in defaults or option.get("required"):
+                    continue
+                if "default" not in option:
+                    undocumented.append(f"{spec.parent.parent.name}:{entry}:{name}")
+                elif option["default"] != defaults[name]:
+                    drift.append(f"{spec.parent.parent.name}:{entry}:{name}: {option['default']!r} != {defaults[name]!r}")
+    assert drift == [] and undocumented == [], {"differ from defaults/main.yml": drift, "no default:": undocumented}
