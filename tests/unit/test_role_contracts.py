@@ -123,12 +123,13 @@ def test_every_argument_spec_default_is_the_roles_default():
     for spec in sorted(REPO.glob("roles/*/meta/argument_specs.yml")):
         defaults_file = spec.parent.parent / "defaults" / "main.yml"
         defaults = (yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else None) or {}
+        role = spec.parent.parent.name
         for entry, doc in yaml.safe_load(spec.read_text())["argument_specs"].items():
             for name, option in (doc.get("options") or {}).items():
                 if name not in defaults or option.get("required"):
                     continue
                 if "default" not in option:
-                    undocumented.append(f"{spec.parent.parent.name}:{entry}:{name}")
+                    undocumented.append(f"{role}:{entry}:{name}")
                 elif option["default"] != defaults[name]:
-                    drift.append(f"{spec.parent.parent.name}:{entry}:{name}: {option['default']!r} != {defaults[name]!r}")
+                    drift.append(f"{role}:{entry}:{name}: {option['default']!r} != {defaults[name]!r}")
     assert drift == [] and undocumented == [], {"differ from defaults/main.yml": drift, "no default:": undocumented}
