@@ -4,7 +4,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from failure_cause import failure_cause
 from p2p_support import p2p_support_verdict
-from redaction import redact_identifiers, redact_secrets
+
+from serving_rollout.redaction import redact_identifiers, redact_secrets
 
 
 def test_secret_keys_and_assignments_are_redacted():
@@ -29,7 +30,7 @@ def test_identifiers_are_replaced_longest_first():
 
 
 def test_identifiers_must_be_a_list_of_strings():
-    with pytest.raises(AnsibleFilterError, match="needs a list of strings, got 'gpu-1'"):
+    with pytest.raises(ValueError, match="needs a list of strings, got 'gpu-1'"):
         redact_identifiers({}, "gpu-1")
 
 

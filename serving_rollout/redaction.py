@@ -1,8 +1,7 @@
-"""Filters that keep secrets and (on request) host identifiers out of evidence."""
+"""What keeps secrets and (on request) host identifiers out of evidence: pure functions the observation_write
+action applies to every document before it is written."""
 
 import re
-
-from ansible.errors import AnsibleFilterError
 
 # One source for what is secret-looking and what is allow-listed: module_utils/unit_recipe.py.
 from serving_rollout.module_utils.unit_recipe import REDACTED, SECRET_NAME_RE, SECRET_WORDS, is_public_name
@@ -35,7 +34,7 @@ def redact_secrets(data):
 def redact_identifiers(data, identifiers):
     """Replace each identifier (hostname, GPU UUID, ...) wherever it appears with a stable label."""
     if not isinstance(identifiers, list | tuple) or not all(isinstance(i, str) for i in identifiers):
-        raise AnsibleFilterError(f"redact_identifiers needs a list of strings, got {identifiers!r}")
+        raise ValueError(f"redact_identifiers needs a list of strings, got {identifiers!r}")
     labels = {ident: f"<id-{n}>" for n, ident in enumerate(sorted(set(filter(None, identifiers)),
                                                                    key=len, reverse=True))}
 
@@ -50,8 +49,3 @@ def redact_identifiers(data, identifiers):
         return value
 
     return walk(data)
-
-
-class FilterModule:
-    def filters(self):
-        return {"redact_secrets": redact_secrets, "redact_identifiers": redact_identifiers}
