@@ -18,11 +18,11 @@ def candidate_plan_errors(document):
     return plan.candidate_plan_errors(document)
 
 
-def candidate_change(document, candidate_id, evidence=None, custom=None, p2p_mode="set0", engine=None, value=None):
+def candidate_change(document, candidate_id, evidence=None, custom=None, engine=None, value=None):
     """The selected candidate (its catalog control's change for this engine and the proof the
     engine must show), after its prerequisites are met by evidence."""
     try:
-        return plan.candidate_change(document, candidate_id, evidence, custom, p2p_mode, engine, value)
+        return plan.candidate_change(document, candidate_id, evidence, custom, engine, value)
     except plan.PlanError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

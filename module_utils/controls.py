@@ -54,9 +54,11 @@ def _arg(cid, group, what, setters, default, value, requires=(), after=(), numer
 CATALOG = [
     # ---- transport (the seed plan's first three) ----
     {"id": "p2p", "group": "transport",
-     "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (mode set0) or is removed (mode drop)",
-     "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$p2p_mode"} for engine in ENGINES},
-     "value": None, "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
+     "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (value set0, the default) or is "
+             "removed (value drop)",
+     "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$value"} for engine in ENGINES},
+     "value": {"choices": ["set0", "drop"], "unset": "set0", "map": {"set0": "0", "drop": None}},
+     "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
      "proof": {"kind": "nccl_p2p"}, "requires": ["capture", "peer_path"], "after": [],
      "effect_model": "decode_probe", "numerics": "exact",
      "note": "P2P both directions on every rank pair, no SHM, from NCCL's channel lines"},
@@ -218,7 +220,7 @@ def _speculative_change(engine, value):
     return {"kind": "arg", "name": "--speculative-config", "value": json.dumps(value, sort_keys=True)}
 
 
-def change_for(control_id, engine, value=None, p2p_mode="set0"):
+def change_for(control_id, engine, value=None):
     """The one change a control makes on a unit of this engine: {kind, name, value} (value None
     removes it). ControlError names an unknown id, an engine the control has no setter for, a
     missing or bad value."""
@@ -229,22 +231,19 @@ def change_for(control_id, engine, value=None, p2p_mode="set0"):
             raise ControlError(f"{control_id} needs exactly one of {{chunked_prefill_size: N}} or "
                                f"{{speculative: {{--speculative-*: value}}}}, got {value!r}")
         key = keys.pop()
-        return change_for(item["one_of"][key], engine, value[key], p2p_mode)
+        return change_for(item["one_of"][key], engine, value[key])
     setter = item["set"].get(engine)
     if setter is None:
         have = ", ".join(item["set"])
         raise ControlError(f"control {control_id!r} has no setter for engine {engine!r} (it has: {have})")
     change = {k: v for k, v in setter.items() if k != "value"}
     wanted = setter.get("value")
-    if wanted == "$p2p_mode":
-        if p2p_mode not in ("set0", "drop"):
-            raise ControlError(f"p2p_mode must be set0 or drop, got {p2p_mode!r}")
-        change["value"] = "0" if p2p_mode == "set0" else None
-    elif wanted == "$value":
-        checked = _check_value(control_id, item["value"], value)
+    if wanted == "$value":
+        rule = item["value"]
+        checked = _check_value(control_id, rule, rule["unset"] if value in (None, "") and "unset" in rule else value)
         if item["group"] == "speculative":
             return _speculative_change(engine, checked)
-        change["value"] = checked
+        change["value"] = rule["map"][checked] if "map" in rule else checked  # a named choice's setting
     else:
         change["value"] = wanted
     return change
@@ -272,6 +271,15 @@ def custom_change(custom):
         if not proof.get("pattern"):
             raise ControlError("a log_line proof needs its pattern")
     return {k: custom[k] for k in ("kind", "name", "value") if k in custom}, proof
+
+
+# The proofs read from NCCL's own log: such a control changes nothing where the engine's collectives are not NCCL's.
+NCCL_PROOFS = frozenset({"nccl_p2p", "nccl_transport", "nccl_setting"})
+
+
+def proven_by_nccl(proof):
+    """Whether a control's proof is NCCL's own log (serving_recipe refuses it on an engine without NCCL)."""
+    return (proof or {}).get("kind") in NCCL_PROOFS
 
 
 def proof_for(control_id, change, custom_proof=None):
@@ -397,9 +405,10 @@ def prove(proof, change, engine, text, scan):
 
 # ---- the docs/controls.md table -------------------------------------------------------------------
 
-def _setter_text(setter):
+def _setter_text(setter, rule):
     if setter["kind"] == "env":
-        words = {"$value": "<value>", "$p2p_mode": "0 or removed", None: "removed"}
+        words = {"$value": " or ".join("removed" if v is None else v for v in rule["map"].values())
+                 if "map" in (rule or {}) else "<value>", None: "removed"}
         value = words.get(setter["value"], setter["value"])
         return f"`{setter['name']}={value}`" if value != "removed" else f"`{setter['name']}` removed"
     if setter["kind"] == "speculative":
@@ -420,7 +429,7 @@ def table():
             sglang = vllm = "one of: " + ", ".join(f"`{k}` ({v})" for k, v in item["one_of"].items())
             proof = "its member's"
         else:
-            sglang, vllm = (_setter_text(item["set"][e]) if e in item["set"] else "-" for e in ENGINES)
+            sglang, vllm = (_setter_text(item["set"][e], item["value"]) if e in item["set"] else "-" for e in ENGINES)
             proof = item["proof"]["kind"]
         needs = ", ".join(item["requires"] + [f"after {g}" for g in item["after"]]) or "-"
         numbers = item.get("numerics") or "recorded"

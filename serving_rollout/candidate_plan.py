@@ -64,7 +64,7 @@ def _evidence_met(need, evidence):
     return evidence.get(need) == "ok" if need == "peer_path" else bool(evidence.get(need))
 
 
-def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="set0", engine=None, value=None):
+def candidate_change(plan, candidate_id, evidence=None, custom=None, engine=None, value=None):
     """The selected candidate: its catalog control's change for this engine, the proof the
     engine must show, and the plan's entry, after the control's prerequisites are met by evidence.
     A catalog id runs whether or not the plan lists it (the plan's entry is recorded when it
@@ -90,7 +90,7 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
         else:
             # the setting: given for this run, else the plan entry's value, else its control mapping
             setting = value if value not in (None, "") else entry.get("value", custom or entry.get("control"))
-            change = controls.change_for(candidate_id, engine, setting, p2p_mode)
+            change = controls.change_for(candidate_id, engine, setting)
             proof = controls.proof_for(candidate_id, change)
         # how far the numbers may move: the plan entry's word, else the catalog's (None: recorded only)
         numerics = entry.get("numerics", controls.numerics(candidate_id))
@@ -99,7 +99,8 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, p2p_mode="s
         raise PlanError(str(exc)) from exc
     except equivalence.EquivalenceError as exc:
         raise PlanError(f"candidate {candidate_id!r}: bad numerics: {exc}") from exc
-    return {"id": candidate_id, "change": change, "proof": proof, "group": controls.group(candidate_id),
+    return {"id": candidate_id, "change": change, "proof": proof, "nccl": controls.proven_by_nccl(proof),
+            "group": controls.group(candidate_id),
             "effect_model": controls.effect_model(candidate_id), "numerics": numerics,
             "endurance": controls.endurance(candidate_id),
             "engine": engine, "in_plan": bool(listed),

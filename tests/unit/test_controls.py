@@ -78,7 +78,7 @@ def control_key(change):
 @pytest.mark.parametrize("cid, engine", SETTERS)
 def test_each_setter_changes_exactly_its_control_on_each_unit_shape(cid, engine, shape):
     value, before = VALUES.get(cid, (None, None))
-    change = controls.change_for(cid, engine, value, "set0")
+    change = controls.change_for(cid, engine, value)
     if change["value"] is None or change["value"] is True and before is None:
         before = True if change["kind"] == "arg" else "1"  # a removal or a switch: the original holds it
     if change["value"] is True:
@@ -181,8 +181,8 @@ def scan_of(engine, text):
             "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"]}
 
 
-def prove(cid, engine, value, text, p2p_mode="set0"):
-    change = controls.change_for(cid, engine, value, p2p_mode)
+def prove(cid, engine, value, text):
+    change = controls.change_for(cid, engine, value)
     return controls.prove(controls.proof_for(cid, change), change, engine, text, scan_of(engine, text))
 
 
@@ -325,3 +325,14 @@ def test_a_json_valued_flag_is_proven_from_the_dict_vllm_dumps():
     assert dump != lab
     assert prove("speculative", "vllm", {"method": "ngram", "num_speculative_tokens": 3}, dump)["proven"]
     assert not prove("speculative", "vllm", {"method": "ngram", "num_speculative_tokens": 4}, dump)["proven"]
+
+
+def test_p2ps_mode_is_its_value_and_an_nccl_proof_is_the_catalogs_to_say():
+    assert controls.change_for("p2p", "vllm") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
+    assert controls.change_for("p2p", "sglang", "set0")["value"] == "0"
+    assert controls.change_for("p2p", "sglang", "drop") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": None}
+    with pytest.raises(controls.ControlError, match="'p2p' needs one of set0, drop, got 'off'"):
+        controls.change_for("p2p", "sglang", "off")
+    assert [cid for cid in controls.ids() if controls.proven_by_nccl(controls.entry(cid).get("proof"))] == \
+        [item["id"] for item in controls.CATALOG if item.get("proof", {}).get("kind", "").startswith("nccl_")]
+    assert controls.proven_by_nccl({"kind": "engine_arg"}) is False and controls.proven_by_nccl(None) is False
