@@ -74,6 +74,12 @@ options:
       saw}: what the engine said instead when not proven).
     type: dict
     default: {}
+  version_report:
+    description: >-
+      The candidate engine's version report (engine_gate C(gate=version)'s record), for a proof of kind
+      C(engine_version) - an upgrade is proven by the version the new engine reports.
+    type: dict
+    default: {}
 author: serving-rollout
 """
 
@@ -183,6 +189,7 @@ def main():
             "excerpt_lines": {"type": "int", "default": 60},
             "change": {"type": "dict", "default": {}},
             "proof": {"type": "dict", "default": {}},
+            "version_report": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -222,7 +229,8 @@ def main():
         scan["arg_effect"] = proven_arg(p["engine"], "\n".join(lines), p["change"])
     if p["proof"]:
         try:
-            proof = prove(p["proof"], p["change"], p["engine"], "\n".join(lines), scan)
+            proof = prove(p["proof"], p["change"], p["engine"], "\n".join(lines),
+                          {**scan, "version_report": p["version_report"]})
             scan["proof"] = shown_proof(proof, p["change"], scan.get("arg_effect"))
         except ControlError as exc:
             module.fail_json(msg=str(exc))

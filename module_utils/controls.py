@@ -149,8 +149,6 @@ CATALOG = [
 BY_ID = {entry["id"]: entry for entry in CATALOG}
 # A plan's operator-declared control: {kind, name, value, proof}; its proof is required.
 CUSTOM = "custom"
-PROOF_KINDS = ("nccl_p2p", "nccl_transport", "custom_all_reduce", "nccl_setting", "engine_arg", "log_line",
-               "engine_version")
 
 
 def ids():
@@ -352,54 +350,73 @@ def _arg_proof(engine, text, change):
     return False, wanted, f"{engine} reports {key}={args[key]!r}"
 
 
-def prove(proof, change, engine, text, scan):
-    """Whether the candidate's start-up output shows the control in effect:
-    {kind, proven, expected, saw} (saw: what the engine said instead, for a 'no effect')."""
-    kind = proof.get("kind")
+def _nccl_p2p(proof, change, engine, text, scan):
     nccl = scan.get("nccl") or {}
-    if kind == "nccl_p2p":
-        reasons = "; ".join(nccl.get("p2p_reasons") or []) or "ok"
-        proven, expected = bool(nccl.get("p2p_in_effect")), "NCCL P2P both directions on every rank pair, no SHM"
-        saw = f"NCCL transport {nccl.get('summary')} (P2P proof: {reasons})"
-    elif kind == "nccl_transport":
-        proven = nccl.get("transports") == proof["transports"]
-        expected, saw = f"NCCL connections only via {', '.join(proof['transports'])}", \
-            f"NCCL transports {nccl.get('transports') or 'none logged'}"
-    elif kind == "custom_all_reduce":
-        state = scan.get("custom_all_reduce")
-        proven, expected = state == proof["state"], f"custom all-reduce {proof['state']}"
-        saw = f"custom all-reduce {state} ({scan.get('custom_all_reduce_evidence') or 'no line about it'})"
-    elif kind == "nccl_setting":
-        name, settings = proof["name"], nccl.get("settings") or {}
-        value = change.get("value")
-        if value is None:
-            proven, expected = name not in settings, f"NCCL reads no {name}"
-        else:
-            proven, expected = str(settings.get(name)) == str(value), f"NCCL INFO {name} set by environment to {value}"
-        saw = (f"NCCL INFO {name} set by environment to {settings[name]}" if name in settings else
-               f"no '{name} set by environment' line (NCCL settings logged: "
-               f"{', '.join(f'{k}={v}' for k, v in sorted(settings.items())) or 'none; is NCCL_DEBUG=INFO set?'})")
-    elif kind == "engine_arg":
-        if change.get("kind") == "speculative":
-            checks = [_arg_proof(engine, text, {"name": flag, "value": val})
-                      for flag, val in (change["value"] or {}).items()]
-            proven = bool(checks) and all(c[0] for c in checks)
-            expected = "; ".join(c[1] for c in checks) or "speculative settings"
-            saw = "; ".join(c[2] for c in checks if not c[0]) or "all shown"
-        else:
-            proven, expected, saw = _arg_proof(engine, text, change)
-    elif kind == "engine_version":
-        # The engine's version report comes from its API after it is ready (the rollout's version gate);
-        # here, that the candidate's start-up log names the NCCL it loaded, for the versions record.
-        versions = nccl.get("versions") or []
-        proven, expected = True, "the engine's version report (read from its API once ready)"
-        saw = f"NCCL {', '.join(versions) or 'not logged'}"
-    elif kind == "log_line":
-        hits = [line for line in (text or "").splitlines() if re.search(proof["pattern"], line)]
-        proven, expected = bool(hits), f"a start-up line matching {proof['pattern']!r}"
-        saw = hits[0] if hits else "no such line"
+    reasons = "; ".join(nccl.get("p2p_reasons") or []) or "ok"
+    return (bool(nccl.get("p2p_in_effect")), "NCCL P2P both directions on every rank pair, no SHM",
+            f"NCCL transport {nccl.get('summary')} (P2P proof: {reasons})")
+
+
+def _nccl_transport(proof, change, engine, text, scan):
+    transports = (scan.get("nccl") or {}).get("transports")
+    return (transports == proof["transports"], f"NCCL connections only via {', '.join(proof['transports'])}",
+            f"NCCL transports {transports or 'none logged'}")
+
+
+def _custom_all_reduce(proof, change, engine, text, scan):
+    state = scan.get("custom_all_reduce")
+    return (state == proof["state"], f"custom all-reduce {proof['state']}",
+            f"custom all-reduce {state} ({scan.get('custom_all_reduce_evidence') or 'no line about it'})")
+
+
+def _nccl_setting(proof, change, engine, text, scan):
+    name, settings, value = proof["name"], (scan.get("nccl") or {}).get("settings") or {}, change.get("value")
+    if value is None:
+        proven, expected = name not in settings, f"NCCL reads no {name}"
     else:
+        proven, expected = str(settings.get(name)) == str(value), f"NCCL INFO {name} set by environment to {value}"
+    saw = (f"NCCL INFO {name} set by environment to {settings[name]}" if name in settings else
+           f"no '{name} set by environment' line (NCCL settings logged: "
+           f"{', '.join(f'{k}={v}' for k, v in sorted(settings.items())) or 'none; is NCCL_DEBUG=INFO set?'})")
+    return proven, expected, saw
+
+
+def _engine_arg(proof, change, engine, text, scan):
+    if change.get("kind") != "speculative":
+        return _arg_proof(engine, text, change)
+    checks = [_arg_proof(engine, text, {"name": flag, "value": val}) for flag, val in (change["value"] or {}).items()]
+    return (bool(checks) and all(c[0] for c in checks), "; ".join(c[1] for c in checks) or "speculative settings",
+            "; ".join(c[2] for c in checks if not c[0]) or "all shown")
+
+
+def _engine_version(proof, change, engine, text, scan):
+    """An upgrade is proven by the candidate engine's own version report (its API, read once it is ready and
+    handed to the scan as version_report); the NCCL its start-up log names goes beside it."""
+    report = scan.get("version_report") or {}
+    version = (report.get("observed") or {}).get("version")
+    nccl = ", ".join((scan.get("nccl") or {}).get("versions") or []) or "not logged"
+    return (report.get("verdict") == "pass" and bool(version), "the candidate engine's version report (its API)",
+            f"version {version or 'not reported'} ({report.get('reason') or 'no version report read'}); NCCL {nccl}")
+
+
+def _log_line(proof, change, engine, text, scan):
+    hits = [line for line in (text or "").splitlines() if re.search(proof["pattern"], line)]
+    return bool(hits), f"a start-up line matching {proof['pattern']!r}", hits[0] if hits else "no such line"
+
+
+PROVERS = {"nccl_p2p": _nccl_p2p, "nccl_transport": _nccl_transport, "custom_all_reduce": _custom_all_reduce,
+           "nccl_setting": _nccl_setting, "engine_arg": _engine_arg, "engine_version": _engine_version,
+           "log_line": _log_line}
+PROOF_KINDS = tuple(PROVERS)
+
+
+def prove(proof, change, engine, text, scan):
+    """Whether the candidate's start-up output (and, for an upgrade, its version report) shows the control in
+    effect: {kind, proven, expected, saw} (saw: what the engine said instead, for a 'no effect')."""
+    kind = proof.get("kind")
+    if kind not in PROVERS:
         raise ControlError(f"unknown proof kind {kind!r}; known: {', '.join(PROOF_KINDS)}")
+    proven, expected, saw = PROVERS[kind](proof, change, engine, text, scan)
     return {"kind": kind, "proven": bool(proven), "expected": expected, "saw": "" if proven else saw}
 
 

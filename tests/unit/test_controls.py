@@ -336,3 +336,16 @@ def test_p2ps_mode_is_its_value_and_an_nccl_proof_is_the_catalogs_to_say():
     assert [cid for cid in controls.ids() if controls.proven_by_nccl(controls.entry(cid).get("proof"))] == \
         [item["id"] for item in controls.CATALOG if item.get("proof", {}).get("kind", "").startswith("nccl_")]
     assert controls.proven_by_nccl({"kind": "engine_arg"}) is False and controls.proven_by_nccl(None) is False
+
+
+def test_an_upgrade_is_proven_by_the_new_engines_own_version_report():
+    proof, change = {"kind": "engine_version"}, {"kind": "image", "value": "lmsysorg/sglang@sha256:" + "ef" * 32}
+    scan = {"nccl": {"versions": ["2.27.3"]}}
+    reported = {"verdict": "pass", "observed": {"version": "0.5.6"}}
+    assert controls.prove(proof, change, "sglang", "", {**scan, "version_report": reported})["proven"] is True
+    silent = controls.prove(proof, change, "sglang", "", {**scan, "version_report": {
+        "verdict": "fail", "reason": "GET /get_server_info answered 404"}})
+    assert silent["proven"] is False and silent["saw"] == \
+        "version not reported (GET /get_server_info answered 404); NCCL 2.27.3"
+    unread = controls.prove(proof, change, "sglang", "", scan)  # no report read: never proven by default
+    assert unread["proven"] is False and "no version report read" in unread["saw"]
