@@ -17,8 +17,8 @@ ROUTED = ("smoke", "json")
 
 class ActionModule(StepsAction):
     REQUIRED = ("base_url", "gates", "model", "timeout_s")
-    OPTIONAL = ("not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth", "contract_words",
-                "candidate_unit", "candidate_identity")
+    OPTIONAL = ("connection", "not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth",
+                "contract_words", "candidate_unit", "candidate_identity")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def initial(self):

@@ -19,7 +19,7 @@ IDENTITY = ("MainPID", "InvocationID", "NRestarts")
 class ActionModule(StepsAction):
     REQUIRED = ("candidate_unit", "base_url", "ready_timeout_s", "engine", "boot_stall_s", "lock_path", "lock_token",
                 "lease_s")
-    OPTIONAL = ("env_files", "runtime", "container", "original_container", "change")
+    OPTIONAL = ("connection", "env_files", "runtime", "container", "original_container", "change")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def required(self, args):

@@ -16,6 +16,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from serving_rollout.module_utils import arm, host_lock
+from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
 
@@ -30,11 +31,11 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(CELL_ARGS + (
         "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
         "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
-        "duration_s", "drift_limit", "known_noise", "extra_error_patterns"))
+        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection"))
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
-        args = self._task.args
+        args = connected(self._task.args)  # the engine connection, one value, spread into its arguments
         host = task_vars.get("inventory_hostname", "host")
         try:
             name = args["cell"]["name"]

@@ -31,7 +31,7 @@ class ActionModule(StepsAction):
                 "lease_s", "stop_timeout_s",
                 "gpu_free_timeout_s", "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s",
                 "boot_stall_s")
-    OPTIONAL = ("runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
+    OPTIONAL = ("connection", "runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def initial(self):

@@ -16,7 +16,7 @@ from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 
 class ActionModule(StepsAction):
     REQUIRED = ("unit", "candidate_unit", "stop_timeout_s", "gpu_free_timeout_s", "engine", "straggler_grace_s")
-    OPTIONAL = ("runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
+    OPTIONAL = ("connection", "runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
                 "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 

@@ -14,12 +14,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from serving_rollout.module_utils.container_truth import identity_problems, inspect_identity_argv
+from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
 
 ARGS = ("unit", "fragment_path", "invocation_before", "files", "runtime", "container", "image", "engine",
         "known_noise", "extra_error_patterns", "env_files", "base_url", "model", "api_key_var", "gate_timeout_s",
-        "gates", "keys")
+        "gates", "keys", "connection")
 # The systemd properties the proof checks.
 CHECKED = ("ActiveState", "UnitFileState", "NRestarts", "FragmentPath", "InvocationID")
 
@@ -30,7 +31,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
-        self.args, self.task_vars = self._task.args, task_vars
+        self.args, self.task_vars = connected(self._task.args), task_vars  # the engine connection, spread
         proof = {"changed": False, "proven": False, "state": {}, "files": [], "container": None, "scan": None,
                  "gates": []}
         try:

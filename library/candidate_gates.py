@@ -19,6 +19,11 @@ description:
     verdict not-qualified and its reason; it is never run and never passed.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
   base_url: {description: "The candidate engine's URL.", type: str, required: true}
   gates:
     description: The gates, in order (engine_gate's names).

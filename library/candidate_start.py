@@ -18,6 +18,11 @@ description:
   - Changes the host - it starts the candidate and renews the lease; under check mode each step runs in check
     mode and changes nothing.
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
   candidate_unit: {description: The candidate's unit., type: str, required: true}
   base_url: {description: The engine's URL., type: str, required: true}
   ready_timeout_s: {description: The deadline for the health endpoint., type: float, required: true}

@@ -14,10 +14,20 @@ description:
     with the reason.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
+    default: {}
+    suboptions:
+      base_url: {description: The engine's base URL., type: str}
+      model: {description: The served model name., type: str}
+      api_key_var: {description: The variable that holds the API key (read on the host)., type: str}
+      env_files: {description: The unit's EnvironmentFiles (the key's source)., type: list, elements: path}
   base_url:
-    description: Engine URL, e.g. http://127.0.0.1:30000.
+    description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
     type: str
-    required: true
   gate:
     description: Which gate.
     type: str
@@ -40,9 +50,8 @@ options:
     type: str
     default: "^[A-Z]+[0-9]+$"
   model:
-    description: Model id sent in requests.
+    description: Model id sent in requests (C(default) when neither it nor C(connection) names one).
     type: str
-    default: default
   api_key_var:
     description: Name of the variable holding the API key in C(env_files).
     type: str
@@ -83,6 +92,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.gates import GATES, run_gate
 
@@ -90,13 +100,14 @@ from ansible.module_utils.gates import GATES, run_gate
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str", "required": True},
+            "base_url": {"type": "str"},
+            "connection": CONNECTION_SPEC,
             "gate": {"type": "str", "required": True, "choices": sorted(GATES)},
             "target_tokens": {"type": "int", "default": 4000},
             "depth": {"type": "float", "default": 0.5},
             "contract_words": {"type": "int", "default": 32},
             "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
-            "model": {"type": "str", "default": "default"},
+            "model": {"type": "str"},
             "api_key_var": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "timeout_s": {"type": "float", "default": 60},
@@ -105,6 +116,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    connect_module(module)
     p = module.params
     if not 0.0 <= p["depth"] <= 1.0:
         module.fail_json(msg=f"depth must be within 0..1, got {p['depth']}")

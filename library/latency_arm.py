@@ -19,6 +19,11 @@ description:
     first baseline bracket and stops at the first clear look (module_utils/abstats.py).
   - Changes nothing on the host but the lock's lease (not renewed under check mode); sends load to the engine.
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
   arm: {description: baseline-1, candidate or baseline-2., type: str, required: true}
   cell: {description: "The cell: name and prompt_tokens.", type: dict, required: true}
   requests: {description: The candidate's requests per cell (the most)., type: int, required: true}

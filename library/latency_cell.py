@@ -20,13 +20,24 @@ description:
     run. That lease file is all it writes.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
 options:
-  base_url: {description: Engine URL on the host., type: str, required: true}
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
+    default: {}
+    suboptions:
+      base_url: {description: The engine's base URL., type: str}
+      model: {description: The served model name., type: str}
+      api_key_var: {description: The variable that holds the API key (read on the host)., type: str}
+      env_files: {description: The unit's EnvironmentFiles (the key's source)., type: list, elements: path}
+  base_url: {description: Engine URL on the host (required here or in C(connection))., type: str}
   name: {description: Cell name (e.g. 4k)., type: str, required: true}
   arm: {description: Arm label (baseline-1, candidate, baseline-2)., type: str, required: true}
   prompt_tokens: {description: Target prompt size in tokens (words)., type: int, required: true}
   requests: {description: Requests in the cell., type: int, default: 12}
   concurrency: {description: Requests in flight., type: int, default: 1}
-  model: {description: Model id sent in requests., type: str, default: default}
+  model: {description: Model id sent in requests (C(default) when neither it nor C(connection) names one)., type: str}
   api_key_var: {description: Variable holding the API key in env_files., type: str}
   env_files: {description: EnvironmentFiles to read api_key_var from., type: list, elements: path, default: []}
   contract_words: {description: Exact word count of each answer., type: int, default: 32}
@@ -97,6 +108,7 @@ import contextlib
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cells import run_measured
+from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.watchdog import LeaseKeeper
 
@@ -104,13 +116,14 @@ from ansible.module_utils.watchdog import LeaseKeeper
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str", "required": True},
+            "base_url": {"type": "str"},
+            "connection": CONNECTION_SPEC,
             "name": {"type": "str", "required": True},
             "arm": {"type": "str", "required": True},
             "prompt_tokens": {"type": "int", "required": True},
             "requests": {"type": "int", "default": 12},
             "concurrency": {"type": "int", "default": 1},
-            "model": {"type": "str", "default": "default"},
+            "model": {"type": "str"},
             "api_key_var": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "contract_words": {"type": "int", "default": 32},
@@ -131,6 +144,7 @@ def main():
         required_together=[("lock_path", "lock_token", "lease_s")],
         supports_check_mode=False,
     )
+    connect_module(module)
     p = module.params
     for name in ("requests", "concurrency", "prompt_tokens", "contract_words", "contract_tokens"):
         if p[name] < 1:

@@ -18,10 +18,20 @@ description:
     failure.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
+    default: {}
+    suboptions:
+      base_url: {description: The engine's base URL., type: str}
+      model: {description: The served model name., type: str}
+      api_key_var: {description: The variable that holds the API key (read on the host)., type: str}
+      env_files: {description: The unit's EnvironmentFiles (the key's source)., type: list, elements: path}
   base_url:
-    description: Engine URL, e.g. http://127.0.0.1:30000.
+    description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
     type: str
-    required: true
   prompts:
     description: How many fixed prompts (1-256).
     type: int
@@ -40,9 +50,8 @@ options:
         tie_margin; empty - recorded, not judged.
     type: raw
   model:
-    description: Model id sent in requests.
+    description: Model id sent in requests (C(default) when neither it nor C(connection) names one).
     type: str
-    default: default
   api_key_var:
     description: Name of the variable holding the API key in C(env_files).
     type: str
@@ -88,6 +97,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.equivalence import EquivalenceError, compare, probe, tolerance
 
@@ -105,12 +115,13 @@ def record_for(result, reference, spec):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str", "required": True},
+            "base_url": {"type": "str"},
+            "connection": CONNECTION_SPEC,
             "prompts": {"type": "int", "default": 16},
             "tokens": {"type": "int", "default": 32},
             "reference": {"type": "list", "elements": "dict"},
             "tolerance": {"type": "raw"},
-            "model": {"type": "str", "default": "default"},
+            "model": {"type": "str"},
             "api_key_var": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
             "timeout_s": {"type": "float", "default": 120},
@@ -118,6 +129,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    connect_module(module)
     p = module.params
     if not 1 <= p["tokens"] <= 4096:
         module.fail_json(msg=f"tokens must be 1..4096, got {p['tokens']}")

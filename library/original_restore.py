@@ -34,6 +34,11 @@ description:
     phase; under check mode each step runs in check mode and nothing is stopped, started or written.
   - The proof that the original is back is restored_proof's, not this action's.
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
   unit: {description: The original serving unit., type: str, required: true}
   candidate_unit: {description: The candidate's unit., type: str, required: true}
   watchdog_unit: {description: The host-side watchdog's unit., type: str, required: true}

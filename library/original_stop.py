@@ -19,6 +19,11 @@ description:
   - Changes the host - it stops the unit and may end its processes; under check mode each step runs in check
     mode and changes nothing.
 options:
+  connection:
+    description: >-
+      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
+      rollout_connection); an argument given on its own wins over the connection's.
+    type: dict
   unit: {description: The original serving unit., type: str, required: true}
   candidate_unit: {description: "The candidate's unit (its stragglers count as the engine's own).", type: str, required: true}
   stop_timeout_s: {description: The stop's deadline in seconds., type: float, required: true}

@@ -194,3 +194,32 @@ def wait_healthy(base_url, path, timeout_s, interval_s=0.5, unit_failed=None, cl
                              + ("; it is still starting, not hung: raise the ready time-out if this engine loads longer"
                                 if slow else "")}
         sleep(interval_s)
+
+
+# The engine connection: what every task that talks to the engine needs, passed as one value (the rollout
+# role's rollout_connection) instead of four arguments by hand.
+CONNECTION = ("base_url", "model", "api_key_var", "env_files")
+CONNECTION_SPEC = {"type": "dict", "default": {},
+                   "options": {"base_url": {"type": "str"}, "model": {"type": "str"}, "api_key_var": {"type": "str"},
+                               "env_files": {"type": "list", "elements": "path"}}}
+
+
+def connected(params):
+    """params with the connection's values where the task left the argument unset (an explicit argument wins;
+    an empty api_key_var means none). model falls back to 'default', env_files to []."""
+    connection = params.get("connection") or {}
+    merged = dict(params)
+    for key in CONNECTION:
+        if merged.get(key) in (None, "", []) and connection.get(key) not in (None, ""):
+            merged[key] = connection[key]
+    merged["model"] = merged.get("model") or "default"
+    merged["env_files"] = merged.get("env_files") or []
+    merged["api_key_var"] = merged.get("api_key_var") or None
+    return merged
+
+
+def connect_module(module):
+    """A module's params with its connection merged in (connected); a module with no base_url fails naming it."""
+    module.params.update(connected(module.params))
+    if not module.params["base_url"]:
+        module.fail_json(msg="no engine to talk to: base_url (or connection.base_url) is required, got none")

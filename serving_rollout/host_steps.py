@@ -6,6 +6,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from serving_rollout.module_utils.engine_client import connected
+
 display = Display()
 
 CONTAINER_RUNTIMES = ("docker", "podman")
@@ -48,8 +50,9 @@ class HostSteps:
 class StepsAction(ActionBase):
     """An action plugin that runs HostSteps: REQUIRED and OPTIONAL arguments (a subclass sets _VALID_ARGS from
     them), `required(args)` for those some arguments make required, the result it starts from (`initial`), and
-    `steps(args, steps, done)`. A missing argument is refused before anything runs; a failed step ends the action
-    with its message and what was done until then."""
+    `steps(args, steps, done)`. The task's `connection` (the engine's base_url, model, api_key_var, env_files as
+    one value) fills those arguments where the task left them unset. A missing argument is refused before anything
+    runs; a failed step ends the action with its message and what was done until then."""
     TRANSFERS_FILES = False
     REQUIRED, OPTIONAL = (), ()
 
@@ -64,7 +67,7 @@ class StepsAction(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
-        args = self._task.args
+        args = connected(self._task.args)  # the engine connection, one value, spread into its arguments
         absent = [key for key in self.required(args) if args.get(key) in (None, "")]
         if absent:
             return {"failed": True, "msg": f"{self._task.action} needs {', '.join(absent)}; got {sorted(args)}"}

@@ -334,3 +334,23 @@ def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_its_lease_renewed_w
     # ... and on the host while it runs, as long as the lock is this run's
     assert {k: calls[2][1][k] for k in ("lock_path", "lock_token", "lease_s")} == {
         "lock_path": "/l", "lock_token": "tok", "lease_s": 15}
+
+
+def test_the_engine_connection_is_one_value_an_argument_given_on_its_own_wins():
+    from serving_rollout.module_utils.engine_client import connected
+
+    connection = {"base_url": "http://127.0.0.1:30000", "model": "tiny", "api_key_var": "",
+                  "env_files": ["/etc/sglang/sglang.env"]}
+    assert connected({"connection": connection}) == {
+        "connection": connection, "base_url": "http://127.0.0.1:30000", "model": "tiny", "api_key_var": None,
+        "env_files": ["/etc/sglang/sglang.env"]}
+    assert connected({"connection": connection, "base_url": "http://127.0.0.1:8080"})["base_url"] == \
+        "http://127.0.0.1:8080"
+    assert connected({})["model"] == "default"  # as the modules' own default
+    gates = {k: v for k, v in GATE_ARGS.items() if k not in ("base_url", "model", "env_files", "api_key_var")}
+    action, calls = scripted("candidate_gates", {**gates, "connection": {**connection, "api_key_var": "KEY"}},
+                             {"engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate"),
+                                              gate_record("needle", "candidate")]})
+    assert not action.run(task_vars={"inventory_hostname": "h1"}).get("failed")
+    assert [(a["base_url"], a["model"], a["api_key_var"], a["env_files"]) for _, a in calls] == \
+        [("http://127.0.0.1:30000", "tiny", "KEY", ["/etc/sglang/sglang.env"])] * 3
