@@ -19,11 +19,6 @@ description:
     verdict not-qualified and its reason; it is never run and never passed.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   base_url: {description: "The candidate engine's URL.", type: str, required: true}
   gates:
     description: The gates, in order (engine_gate's names).
@@ -41,6 +36,7 @@ options:
   contract_words: {description: Exact word count of the strict output contract., type: int}
   candidate_unit: {description: "The candidate's unit, read when a gate fails (empty - not read).", type: str, default: ""}
   candidate_identity: {description: "The candidate's MainPID, InvocationID, NRestarts at ready.", type: dict, default: {}}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

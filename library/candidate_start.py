@@ -18,11 +18,6 @@ description:
   - Changes the host - it starts the candidate and renews the lease; under check mode each step runs in check
     mode and changes nothing.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   candidate_unit: {description: The candidate's unit., type: str, required: true}
   base_url: {description: The engine's URL., type: str, required: true}
   ready_timeout_s: {description: The deadline for the health endpoint., type: float, required: true}
@@ -36,6 +31,7 @@ options:
   container: {description: "The original's container name; the candidate's is this with -candidate.", type: str}
   original_container: {description: The original container's reading (original_stop's container)., type: dict}
   change: {description: "The one control the candidate changes (the catalog's change).", type: dict}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

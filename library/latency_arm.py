@@ -19,11 +19,6 @@ description:
     first baseline bracket and stops at the first clear look (module_utils/abstats.py).
   - Changes nothing on the host but the lock's lease (not renewed under check mode); sends load to the engine.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   arm: {description: baseline-1, candidate or baseline-2., type: str, required: true}
   cell: {description: "The cell: name and prompt_tokens.", type: dict, required: true}
   requests: {description: The candidate's requests per cell (the most)., type: int, required: true}
@@ -61,6 +56,7 @@ options:
   drift_limit: {description: "The endurance cell's E2E drift limit, last third against first (with C(duration_s)).", type: float, default: 0.1}
   known_noise: {description: "Journal lines that are not errors on this host (with C(duration_s), journal_scan).", type: list, elements: str}
   extra_error_patterns: {description: "The operator's own error patterns (with C(duration_s), journal_scan).", type: list, elements: str}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

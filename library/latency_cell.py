@@ -20,17 +20,6 @@ description:
     run. That lease file is all it writes.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
-    default: {}
-    suboptions:
-      base_url: {description: The engine's base URL., type: str}
-      model: {description: The served model name., type: str}
-      api_key_var: {description: The variable that holds the API key (read on the host)., type: str}
-      env_files: {description: The unit's EnvironmentFiles (the key's source)., type: list, elements: path}
   base_url: {description: Engine URL on the host (required here or in C(connection))., type: str}
   name: {description: Cell name (e.g. 4k)., type: str, required: true}
   arm: {description: Arm label (baseline-1, candidate, baseline-2)., type: str, required: true}
@@ -73,6 +62,7 @@ options:
   condition_limits:
     description: How far conditions may differ (cpu_busy, cpu_steal, temp_c, power_frac); defaults in module_utils/conditions.py.
     type: dict
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

@@ -18,17 +18,6 @@ description:
     failure.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
-    default: {}
-    suboptions:
-      base_url: {description: The engine's base URL., type: str}
-      model: {description: The served model name., type: str}
-      api_key_var: {description: The variable that holds the API key (read on the host)., type: str}
-      env_files: {description: The unit's EnvironmentFiles (the key's source)., type: list, elements: path}
   base_url:
     description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
     type: str
@@ -68,6 +57,7 @@ options:
     description: Recorded with the result (baseline, candidate, restored).
     type: str
     default: ""
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

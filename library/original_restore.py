@@ -34,11 +34,6 @@ description:
     phase; under check mode each step runs in check mode and nothing is stopped, started or written.
   - The proof that the original is back is restored_proof's, not this action's.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   unit: {description: The original serving unit., type: str, required: true}
   candidate_unit: {description: The candidate's unit., type: str, required: true}
   watchdog_unit: {description: The host-side watchdog's unit., type: str, required: true}
@@ -60,6 +55,7 @@ options:
   ready_timeout_s: {description: The deadline for the original's health endpoint., type: float, required: true}
   boot_stall_s: {description: How long a start may show no progress in its log (engine_ready)., type: float, required: true}
   env_files: {description: "The unit's EnvironmentFiles (the port and key read there).", type: list, elements: path, default: []}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

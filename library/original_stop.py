@@ -19,11 +19,6 @@ description:
   - Changes the host - it stops the unit and may end its processes; under check mode each step runs in check
     mode and changes nothing.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   unit: {description: The original serving unit., type: str, required: true}
   candidate_unit: {description: "The candidate's unit (its stragglers count as the engine's own).", type: str, required: true}
   stop_timeout_s: {description: The stop's deadline in seconds., type: float, required: true}
@@ -40,6 +35,7 @@ options:
   engine_process_pattern: {description: "The pattern of the engine's own processes, the only ones ended (gpu_free).", type: str, default: ""}
   engine: {description: The engine (its adapter reads logs and health)., type: str, required: true}
   straggler_grace_s: {description: SIGTERM's grace before SIGKILL of a straggler., type: float, required: true}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

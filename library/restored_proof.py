@@ -18,11 +18,6 @@ description:
   - Each of C(gates) (engine_gate, phase restored) passes.
   - Read-only - it changes nothing on the host; the gates send a few requests to the engine.
 options:
-  connection:
-    description: >-
-      The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
-    type: dict
   unit: {description: The restored original unit., type: str, required: true}
   fragment_path: {description: The unit file systemd must load it from (the snapshot's)., type: str, required: true}
   invocation_before: {description: "The invocation before this run stopped it; empty - not stopped by this run.", type: str, default: ""}
@@ -40,6 +35,7 @@ options:
   gate_timeout_s: {description: Each gate's deadline in seconds., type: float, required: true}
   gates: {description: "The gates to pass (smoke, json, ...).", type: list, elements: str, default: []}
   keys: {description: "systemd properties returned in C(state) beside those checked (never the rest - Environment can hold secrets).", type: list, elements: str, default: []}
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 
