@@ -60,6 +60,24 @@ if _worker:  # each worker its own host, whatever the parent's environment says
 LAB_HOST = os.environ.get("LAB_CONTAINER", "serving-lab-gpu-1")
 
 
+def lab(*command, check=True, stdin=None):
+    """A command on this worker's lab host (podman exec; `stdin` fed to it when given)."""
+    return subprocess.run(["podman", "exec", *(["-i"] if stdin is not None else []), LAB_HOST, *command],
+                          capture_output=True, text=True, check=check, input=stdin)
+
+
+def lab_unit_state(unit="sglang.service"):
+    """systemd's state of a unit on the lab host: the properties a restoration is proven by."""
+    out = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,InvocationID,LoadState", unit).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def lab_files_hash():
+    """sha256 of the lab's original unit and its two EnvironmentFiles."""
+    return lab("sha256sum", "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.env",
+               "/etc/sglang/engine-double.env").stdout
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

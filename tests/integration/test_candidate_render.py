@@ -5,14 +5,10 @@ import re
 import subprocess
 
 import pytest
-from conftest import LAB_HOST, run_playbook
+from conftest import LAB_HOST, lab, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 SECRET = "lab-secret-6f1d0c9e2b7a4e58"
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def original_state():

@@ -5,17 +5,12 @@ each arm's output tokens/s and latency percentiles, with the engine's own /metri
 the client's; the original restored and proven."""
 
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, lab, only_run_dir, run_playbook
 
 FAULT = "/etc/engine-double/faults/sglang-candidate.service"
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB_HOST, *command], capture_output=True, text=True, check=check)
 
 
 def test_a_faster_candidate_that_loses_kv_capacity_is_rejected_with_the_figures():

@@ -5,22 +5,17 @@ PCIe handoff host did (its cause named, the original restored and proven)."""
 
 import json
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, lab, run_playbook
 
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 UNIT = "/etc/systemd/system/sglang.service"
 # One small cell: these tests are about the control's setter and proof, not the statistics.
 SMALL = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20, "rollout_cell_requests": 3,
          "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], **CPU_SHARED_WITH_OTHER_JOBS}
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB_HOST, *command], capture_output=True, text=True, check=check)
 
 
 def state():
@@ -101,7 +96,6 @@ def test_tree_failing_at_graph_capture_is_named_by_its_cause_and_restored(eviden
     card = (run / "result-card.md").read_text()
     assert "cuda-graph-capture" in card and cause in card, card
     assert_restored(before)
-
 
 
 def test_silent_corruption_on_the_changed_path_fails_the_numerics_probe_and_is_restored(evidence):

@@ -7,17 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, lab, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 SECRETS = ("lab-secret-6f1d0c9e2b7a4e58", "hf_labSecretToken0123456789abcdef")
 EVIDENCE_TOOL = [sys.executable, "-m", "serving_rollout.evidence"]
 # bin/test's workers run this file on one of them: one lab rollout (module fixture) serves every test here.
 pytestmark = pytest.mark.xdist_group("test_evidence_promotion")
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def rollout(evidence, **extra):

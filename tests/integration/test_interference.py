@@ -3,19 +3,14 @@ host and every latency 30 % longer from the candidate's first cell request on) i
 makes the cell inconclusive, never a reject; the card and decision say what was spent."""
 
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, lab, only_run_dir, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 FAULT = "/etc/engine-double/faults/sglang-candidate.service"
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def rollout_with_candidate_fault(fault, **extra):

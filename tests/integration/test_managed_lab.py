@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook
 from test_unit_shapes_lab import CTR_IMAGE, EF_ENV, EF_PORT, EF_UNIT, INSTANCE_ENV, TEMPLATE, container_unit
 
 LAB = LAB_HOST
@@ -34,11 +34,6 @@ PROCESS_RECIPE = {
                       "limits": {"LimitNOFILE": 65536}, "after": ["network-online.target"],
                       "dropins": {"10-nice.conf": "[Service]\nNice=0\n"}},
 }
-
-
-def lab(*command, check=True, stdin=None):
-    return subprocess.run(["podman", "exec", "-i", LAB, *command], capture_output=True, text=True, check=check,
-                          input=stdin)
 
 
 def inventory(folder, recipe, comment="# The lab's managed serving unit (engine double)\n"):

@@ -5,18 +5,13 @@ and the endurance cell under load (a hang or drift that shows only after minutes
 
 import json
 import re
-import subprocess
 import tempfile
 
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, only_run_dir, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, lab, only_run_dir, run_playbook
 
 FAULT = "/etc/engine-double/faults/sglang-candidate.service"
 SPECULATIVE = {"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "3", "--speculative-eagle-topk": "1",
                "--speculative-num-draft-tokens": "4"}
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB_HOST, *command], capture_output=True, text=True, check=check)
 
 
 def rollout(fault=None, **extra):

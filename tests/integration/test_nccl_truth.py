@@ -9,15 +9,11 @@ import subprocess
 import tempfile
 
 import pytest
-from conftest import LAB_HOST, REPO, run_playbook
+from conftest import LAB_HOST, REPO, lab, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"  # /usr/lib/python3.11/sitecustomize.py links here
 EVIDENCE = tempfile.mkdtemp(prefix="nccl-truth-evidence-")
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def recipe_of(unit="sglang.service"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, wait_for_lab_phase
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, wait_for_lab_phase
 from restored import restored_problems
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
@@ -25,10 +25,6 @@ PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidate
     {"id": "scheduler-and-speculation", "change": "--chunked-prefill-size 4096", "gate": "all gates",
      "control": {"chunked_prefill_size": 4096}},
     {"id": "cumem", "change": "drop NCCL_CUMEM_ENABLE=0", "gate": "all gates"}]}
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def faults(every_candidate, with_p2p):

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, REPO
+from conftest import LAB_HOST, REPO, lab
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "secret-shapes.service"
@@ -45,11 +45,6 @@ ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path Qwen
 [Install]
 WantedBy=multi-user.target
 """
-
-
-def lab(*command, check=True, stdin=None):
-    return subprocess.run(["podman", "exec", "-i", LAB, *command], capture_output=True, text=True, check=check,
-                          input=stdin)
 
 
 @pytest.fixture

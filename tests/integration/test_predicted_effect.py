@@ -10,14 +10,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conftest import FIXTURES, LAB_HOST, run_playbook
+from conftest import FIXTURES, LAB_HOST, lab, run_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 FAST = {"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 3}
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
 
 
 def evidence_with_prediction():

@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import (
+    LAB_HOST,
+    REPO,
+    lab,
+    lab_files_hash,
+    lab_unit_state,
+    run_playbook,
+    start_lab_playbook,
+    wait_for_lab_phase,
+)
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
@@ -27,19 +36,6 @@ FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20, "rollou
         "rollout_cell_requests": 3, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
 
 
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
-
-
-def show(unit="sglang.service"):
-    out = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,InvocationID", unit).stdout
-    return dict(line.split("=", 1) for line in out.splitlines())
-
-
-def files_hash():
-    return lab("sha256sum", UNIT, "/etc/sglang/sglang.env", "/etc/sglang/engine-double.env").stdout
-
-
 def inject(fault):
     lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo '{fault}' > {FAULTS}")
 
@@ -49,10 +45,10 @@ def rollout(**extra):
 
 
 def assert_restored(before_invocation, before_hash):
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled", state
     assert state["NRestarts"] == "0" and state["InvocationID"] != before_invocation, state
-    assert files_hash() == before_hash
+    assert lab_files_hash() == before_hash
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
     assert lab("systemctl", "is-failed", "--quiet", "sglang-candidate.service", check=False).returncode != 0, \
         "a killed or crashed candidate left systemd degraded"
@@ -64,9 +60,9 @@ def assert_restored(before_invocation, before_hash):
 def lab_baseline():
     lab("rm", "-f", FAULTS, LOCK)
     lab("systemctl", "stop", "sglang-candidate.service", check=False)  # what a failed test may have left running
-    if show()["ActiveState"] != "active":
+    if lab_unit_state()["ActiveState"] != "active":
         lab("systemctl", "start", "sglang.service")
-    before = (show()["InvocationID"], files_hash())
+    before = (lab_unit_state()["InvocationID"], lab_files_hash())
     yield before
     lab("rm", "-f", FAULTS)
     lab("pkill", "-f", "engine-double-worker", check=False)
@@ -123,9 +119,9 @@ def test_a_failure_after_the_first_lease_but_before_the_stop_leaves_the_original
     assert "failed and the original was restored and proven; cause: Start the host-side watchdog" in message \
         and "the watchdog goes to /var/lib/serving-rollout/sglang.service/watchdog.py, where a folder is " \
             "(remove it)" in message, message[-3000:]
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["InvocationID"] == lab_baseline[0], state  # never stopped
-    assert files_hash() == lab_baseline[1]
+    assert lab_files_hash() == lab_baseline[1]
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
     assert lab("test", "-e", LOCK, check=False).returncode == 1
 
@@ -169,7 +165,7 @@ def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_i
     assert "last log line: '[distributed-init] waiting for workers (injected fault: hang_before_ready)'" in message, \
         message[-3000:]
     assert "failed and the original was restored and proven" in message
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled"
 
 
@@ -207,7 +203,7 @@ def test_warnings_of_the_originals_own_start_are_noise_and_a_new_one_fails_the_c
     finally:
         lab("rm", "-f", original_faults)
         lab("systemctl", "restart", "sglang.service")
-    before = (show()["InvocationID"], files_hash())
+    before = (lab_unit_state()["InvocationID"], lab_files_hash())
     inject("warn_at_start")
     only_candidate = rollout()
     assert only_candidate.returncode != 0
@@ -286,7 +282,7 @@ def test_a_full_state_folder_refuses_naming_the_path_and_leaves_nothing_behind(l
     message = re.sub(r"\s+", " ", result.stdout)
     assert said in message and re.search(rf"{state}(:| has) [0-9.]+ MiB free", message), message[-3000:]
     assert left == [], left  # no lock, no partial snapshot, no copy of the secret-bearing env file, no temp file
-    assert show()["InvocationID"] == lab_baseline[0]  # the original was never touched
+    assert lab_unit_state()["InvocationID"] == lab_baseline[0]  # the original was never touched
 
 
 def test_second_concurrent_run_is_refused_naming_the_holder(lab_baseline):
@@ -301,7 +297,7 @@ def test_second_concurrent_run_is_refused_naming_the_holder(lab_baseline):
         # the controller's own look at the holder (an older lock names no controller process)
         message = re.sub(r"\s+", " ", result.stdout)
         assert "Holder: the lock names no controller process" in message, message[-3000:]
-        assert show()["InvocationID"] == lab_baseline[0]  # nothing touched
+        assert lab_unit_state()["InvocationID"] == lab_baseline[0]  # nothing touched
     finally:
         lab("rm", "-f", LOCK)
 
@@ -322,7 +318,7 @@ def test_a_stale_lock_whose_candidate_runs_anyway_is_refused_and_removed(lab_bas
                 "run rollback.yml") in message, message[-3000:]
         assert lab("test", "-e", LOCK, check=False).returncode == 1  # the stale lock is gone
         assert lab("systemctl", "is-active", "sglang-candidate.service", check=False).stdout.strip() == "active"
-        assert show()["InvocationID"] == lab_baseline[0]  # the original was never touched
+        assert lab_unit_state()["InvocationID"] == lab_baseline[0]  # the original was never touched
     finally:
         lab("systemctl", "stop", "sglang-candidate.service", check=False)
         lab("rm", "-f", LOCK)
@@ -373,13 +369,13 @@ def test_killed_mid_candidate_then_rollback_restores(lab_baseline):
     wait_for_phase("candidate-starting")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert show()["ActiveState"] != "active"  # the original is down, the candidate starting
+    assert lab_unit_state()["ActiveState"] != "active"  # the original is down, the candidate starting
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert_restored(*lab_baseline)
-    restored = show()["InvocationID"]
+    restored = lab_unit_state()["InvocationID"]
     again = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
-    assert again.returncode == 0 and show()["InvocationID"] == restored
+    assert again.returncode == 0 and lab_unit_state()["InvocationID"] == restored
     # A second rollback proves again and changes nothing.
     assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", again.stdout), again.stdout[-2000:]
 
@@ -397,10 +393,10 @@ def test_lost_controller_the_host_watchdog_restores_within_its_lease(lab_baselin
         proc.wait()
         deadline = time.monotonic() + 180  # the lease (15 s) and a restart, on a loaded machine too
         while time.monotonic() < deadline:
-            if lab("test", "-e", LOCK, check=False).returncode == 1 and show()["ActiveState"] == "active":
+            if lab("test", "-e", LOCK, check=False).returncode == 1 and lab_unit_state()["ActiveState"] == "active":
                 break
             time.sleep(1)
-        assert show()["ActiveState"] == "active", show()
+        assert lab_unit_state()["ActiveState"] == "active", lab_unit_state()
         records = lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-*.json").stdout
         assert '"original": "active"' in records, records
         journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
@@ -470,9 +466,9 @@ def test_after_a_reboot_mid_candidate_the_next_run_cleans_the_stale_lock_and_can
     up = subprocess.run([str(REPO / "lab" / "up.sh")], capture_output=True, text=True)
     assert up.returncode == 0, up.stdout + up.stderr
     deadline = time.monotonic() + 120
-    while show()["ActiveState"] != "active" and time.monotonic() < deadline:
+    while lab_unit_state()["ActiveState"] != "active" and time.monotonic() < deadline:
         time.sleep(1)
-    assert show()["ActiveState"] == "active"  # the original came up at boot
+    assert lab_unit_state()["ActiveState"] == "active"  # the original came up at boot
     assert lab("test", "-e", LOCK, check=False).returncode == 0  # what the reboot left
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 0
     lock = json.loads(lab("cat", LOCK).stdout)
@@ -481,7 +477,7 @@ def test_after_a_reboot_mid_candidate_the_next_run_cleans_the_stale_lock_and_can
     message = re.sub(r"\s+", " ", result.stdout)
     assert f"took over the stale lock of run {lock['run_id']}" in message and "the host rebooted after it was taken" \
         in message, message[-3000:]
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled"
     assert lab("test", "-e", LOCK, check=False).returncode == 1
 
@@ -494,12 +490,12 @@ def test_a_rollback_during_a_run_stops_its_measuring_at_once(lab_baseline):
     wait_for_new_run_phase("candidate-running", before)
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
-    restored = show()["InvocationID"]
+    restored = lab_unit_state()["InvocationID"]
     output = re.sub(r"\s+", " ", proc.communicate(timeout=300)[0])
     assert proc.returncode != 0
     assert re.search(r"the lock was taken over by \S+@\S+ pid \d+ .*this run stops measuring", output), output[-3000:]
     assert "the original was left to the run that took the lock over" in output, output[-3000:]
-    assert show()["InvocationID"] == restored  # the run touched nothing after the take-over
+    assert lab_unit_state()["InvocationID"] == restored  # the run touched nothing after the take-over
     assert_restored(*lab_baseline)
 
 
@@ -528,15 +524,15 @@ def test_rollback_restarts_an_original_that_crashed_and_came_back(lab_baseline):
     finally:
         lab("rm", "-f", "/etc/engine-double/faults/sglang.service")
     for _ in range(60):  # systemd brings it back after RestartSec
-        if show()["NRestarts"] != "0" and show()["ActiveState"] == "active":
+        if lab_unit_state()["NRestarts"] != "0" and lab_unit_state()["ActiveState"] == "active":
             break
         time.sleep(0.5)
-    assert show()["NRestarts"] == "1", show()
+    assert lab_unit_state()["NRestarts"] == "1", lab_unit_state()
     result = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state
-    assert files_hash() == lab_baseline[1]
+    assert lab_files_hash() == lab_baseline[1]
 
 
 def test_original_edited_during_the_run_is_never_overwritten_and_is_started_as_it_is(lab_baseline):
@@ -556,7 +552,7 @@ def test_original_edited_during_the_run_is_never_overwritten_and_is_started_as_i
                "snapshot" in text and "playbooks/renew.yml" in text, text[-3000:]
         assert "+TimeoutStopSec=45" in output  # both versions shown
         assert "TimeoutStopSec=45" in lab("cat", UNIT).stdout  # not overwritten
-        state = show()
+        state = lab_unit_state()
         assert state["ActiveState"] == "active" and state["NRestarts"] == "0", state  # a unit that serves is back
         assert lab("systemctl", "show", "-p", "TimeoutStopUSec", "--value", "sglang.service").stdout.strip() == "45s"
         assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
@@ -569,7 +565,7 @@ def test_original_edited_during_the_run_is_never_overwritten_and_is_started_as_i
     finally:  # the lab's original as it was, adopted again
         lab("sh", "-c", f"sed -i 's/^TimeoutStopSec=45$/TimeoutStopSec=30/' {UNIT} && systemctl daemon-reload")
         assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0
-    assert files_hash() == lab_baseline[1]
+    assert lab_files_hash() == lab_baseline[1]
 
 
 @pytest.mark.parametrize("extra, named", [
@@ -584,8 +580,8 @@ def test_bad_cell_settings_are_refused_before_any_change(lab_baseline, extra, na
     result = rollout(**extra)
     assert result.returncode != 0
     assert named in result.stdout, result.stdout[-3000:]
-    state = show()
-    assert state["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    state = lab_unit_state()
+    assert state["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]
     assert lab("test", "-e", LOCK, check=False).returncode == 1
 
 
@@ -599,9 +595,9 @@ def test_an_original_that_fails_its_own_first_bracket_is_never_swapped_out(lab_b
     lab("systemctl", "restart", "sglang.service")
     try:
         lab("sh", "-c", ready)
-        before = show()["InvocationID"]
+        before = lab_unit_state()["InvocationID"]
         result = rollout()
-        after = show()["InvocationID"]
+        after = lab_unit_state()["InvocationID"]
     finally:
         lab("rm", "-f", original_fault)
         lab("systemctl", "restart", "sglang.service")
@@ -624,8 +620,8 @@ def test_failed_preflight_stops_before_any_change_and_releases_the_lock(lab_base
     message = re.sub(r"\s+", " ", result.stdout)
     assert "stopped before any change; the original sglang.service was not touched; cause:" in message
     assert "preflight check 'TP size' failed: observed 2, expected 4" in message, message[-3000:]
-    state = show()
-    assert state["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    state = lab_unit_state()
+    assert state["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]
     assert lab("test", "-e", LOCK, check=False).returncode == 1
     assert lab("test", "-e", "/etc/systemd/system/sglang-candidate.service", check=False).returncode == 1
     # The next run is not refused by a lock left behind.

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, REPO, run_playbook, start_lab_playbook
+from conftest import LAB_HOST, REPO, lab, lab_files_hash, lab_unit_state, run_playbook, start_lab_playbook
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
@@ -25,19 +25,6 @@ EVIDENCE = tempfile.mkdtemp(prefix="trust-evidence-")
 HOLD = "/run/serving-rollout-test-hold-ready"
 FAST = {"rollout_ready_timeout_s": 30, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
         "rollout_cell_requests": 2, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
-
-
-def lab(*command, check=True):
-    return subprocess.run(["podman", "exec", LAB, *command], capture_output=True, text=True, check=check)
-
-
-def show(unit="sglang.service"):
-    out = lab("systemctl", "show", "-p", "ActiveState,UnitFileState,NRestarts,InvocationID,LoadState", unit).stdout
-    return dict(line.split("=", 1) for line in out.splitlines())
-
-
-def files_hash():
-    return lab("sha256sum", UNIT, "/etc/sglang/sglang.env", "/etc/sglang/engine-double.env").stdout
 
 
 def state_now():
@@ -65,21 +52,21 @@ def wait_for_phase(phase, timeout=90):
 
 
 def assert_restored(before_invocation, before_hash):
-    state = show()
+    state = lab_unit_state()
     assert state["ActiveState"] == "active" and state["UnitFileState"] == "enabled", state
     assert state["NRestarts"] == "0" and state["InvocationID"] != before_invocation, state
-    assert files_hash() == before_hash
+    assert lab_files_hash() == before_hash
     assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
     assert lab("test", "-e", LOCK, check=False).returncode == 1
-    assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+    assert lab_unit_state("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
 
 
 @pytest.fixture(autouse=True)
 def lab_baseline():
     lab("rm", "-f", FAULTS, LOCK)
-    if show()["ActiveState"] != "active":
+    if lab_unit_state()["ActiveState"] != "active":
         lab("systemctl", "start", "sglang.service")
-    yield show()["InvocationID"], files_hash()
+    yield lab_unit_state()["InvocationID"], lab_files_hash()
     lab("rm", "-f", FAULTS)
 
 
@@ -135,7 +122,7 @@ def test_a_candidate_whose_unit_file_vanished_while_running_is_still_stopped(lab
     proc.wait()
     lab("rm", "-f", CANDIDATE)
     lab("systemctl", "daemon-reload")
-    orphan = show("sglang-candidate.service")
+    orphan = lab_unit_state("sglang-candidate.service")
     assert orphan["LoadState"] == "not-found" and orphan["ActiveState"] == "active", orphan
     result = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -189,7 +176,7 @@ def test_renew_is_refused_while_a_candidate_unit_is_loaded_and_changes_nothing(l
         assert "sglang-candidate.service is loaded/inactive: run rollback.yml first, then renew" in text, text[-3000:]
         assert lab("sha256sum", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout == manifest
         assert lab("test", "-e", LOCK, check=False).returncode == 1
-        assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+        assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]
     finally:
         lab("sh", "-c", f"rm -f {CANDIDATE} && systemctl daemon-reload")
 
@@ -206,8 +193,8 @@ def test_rollback_with_a_malformed_snapshot_manifest_fails_naming_it_and_changes
         text = re.sub(r"\s+", " ", failed.stdout)
         assert failed.returncode != 0, text[-3000:]
         assert f"cannot read the snapshot {manifest}: " in text, text[-3000:]
-        assert show()["InvocationID"] == lab_baseline[0] and show()["ActiveState"] == "active"
-        assert files_hash() == lab_baseline[1] and lab("test", "-e", LOCK, check=False).returncode == 1
+        assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_unit_state()["ActiveState"] == "active"
+        assert lab_files_hash() == lab_baseline[1] and lab("test", "-e", LOCK, check=False).returncode == 1
     finally:
         subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c", f"cat > {manifest}"], input=saved, text=True,
                        check=True)
@@ -237,7 +224,7 @@ def test_read_only_evidence_folder_is_refused_before_any_change(lab_baseline, sm
     text = re.sub(r"\s+", " ", result.stdout)
     assert result.returncode != 0
     assert f"evidence folder {folder} is not writable: Read-only file system" in text, text[-2000:]
-    assert show()["InvocationID"] == lab_baseline[0]  # nothing on the host changed
+    assert lab_unit_state()["InvocationID"] == lab_baseline[0]  # nothing on the host changed
     assert "Traceback" not in result.stdout + result.stderr
 
 
@@ -309,17 +296,17 @@ def test_a_second_ctrl_c_leaves_the_duty_to_the_watchdog_which_kills_a_candidate
     assert "rollback interrupted too. Where the run had stopped an original, the host's watchdog holds the duty" \
         in said, said[-3000:]
     # the lease the take-over renewed (15 s), or the restore's own when it had begun (stop, GPUs, start: ~85 s)
-    wait_until(lambda: lab("test", "-e", LOCK, check=False).returncode == 1 and show()["ActiveState"] == "active",
-               300, "the watchdog's restore")
+    wait_until(lambda: lab("test", "-e", LOCK, check=False).returncode == 1
+               and lab_unit_state()["ActiveState"] == "active", 300, "the watchdog's restore")
     journal = lab("journalctl", "-u", "serving-rollout-watchdog-sglang.service", "-o", "cat", "--no-pager").stdout
     assert "its holder is gone; restoring sglang.service" in journal, journal[-2000:]
     record = json.loads(lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-*.json").stdout)
     assert record["original"] == "active" and record["failures"] == [], record
     assert "ignored its stop for 10 s" in record["candidate_stop"] or "already" in record["candidate_stop"], record
-    assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+    assert lab_unit_state("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
     assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
     assert lab("test", "-e", CANDIDATE + ".d", check=False).returncode == 1  # its drop-ins went with it
-    assert files_hash() == lab_baseline[1]
+    assert lab_files_hash() == lab_baseline[1]
     lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
     proof = run_playbook("rollback.yml", {"rollout_evidence_dir": EVIDENCE}, inventory="inventory/lab", local=False)
     assert proof.returncode == 0 and "ROLLBACK: sglang.service restored and proven" in proof.stdout, \
@@ -340,7 +327,7 @@ def test_a_planted_run_id_or_unit_name_is_refused_by_value_before_anything_chang
     assert lab("test", "-e", "/tmp/planted-run-id", check=False).returncode == 1
     assert lab("sh", "-c", "ls /var/lib/*.lock /var/lib/serving-rollout/*.lock 2>/dev/null",
                check=False).stdout == ""
-    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]
     assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
     assert not Path("/tmp/planted-run-id").exists()
 
@@ -361,7 +348,7 @@ def test_an_interrupt_in_the_first_bracket_leaves_nothing_that_blocks_the_next_r
     proc.communicate(timeout=120)
     assert proc.returncode != 0
     left = lock_content()
-    assert left.get("run_id") and show()["InvocationID"] == lab_baseline[0]  # the original never stopped
+    assert left.get("run_id") and lab_unit_state()["InvocationID"] == lab_baseline[0]  # the original never stopped
     result = run_playbook("candidate.yml", FAST, inventory="inventory/lab", local=False, timeout=600)
     text = re.sub(r"\s+", " ", result.stdout)
     assert result.returncode == 0, text[-3000:]
@@ -390,7 +377,7 @@ def test_an_inactive_disabled_original_is_refused_before_its_snapshot_is_written
         assert lab("test", "-e", "/var/lib/serving-rollout/sglang-off.service.lock", check=False).returncode == 1
     finally:
         lab("sh", "-c", f"rm -rf {off} /var/lib/serving-rollout/sglang-off.service*; systemctl daemon-reload")
-    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]
 
 
 def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_living_run(lab_baseline):
@@ -476,14 +463,14 @@ def test_a_state_folder_that_fills_mid_run_never_stops_the_restore(lab_baseline)
         assert "(the restore goes on without it)" in text or "this restore holds the duty alone" in text, \
             text[-3000:]
         assert lab("sh", "-c", f"ls {state} | grep -c '\\.tmp$'", check=False).stdout.strip() == "0"
-        original = show()
+        original = lab_unit_state()
         assert original["ActiveState"] == "active" and original["NRestarts"] == "0", original
-        assert show("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
+        assert lab_unit_state("sglang-candidate.service")["ActiveState"] in ("inactive", "failed")
         assert lab("test", "-e", CANDIDATE, check=False).returncode == 1
         assert lab("test", "-e", LOCK, check=False).returncode == 1
         # no stale phase: a 'restored' that cannot be written leaves no state file rather than a false one
         assert state_now().get("phase") in (None, "restored"), state_now()
-    assert files_hash() == lab_baseline[1]
+    assert lab_files_hash() == lab_baseline[1]
 
 
 def test_a_rollback_with_nothing_to_restore_says_so_even_when_its_lock_cannot_be_written(lab_baseline):
@@ -499,4 +486,4 @@ def test_a_rollback_with_nothing_to_restore_says_so_even_when_its_lock_cannot_be
         assert "ROLLBACK: sglang.service nothing to restore; the original serves (proven; no lock could be " \
                "written: cannot write the lock" in text and "No space left on device" in text, text[-3000:]
         assert lab("test", "-e", LOCK, check=False).returncode == 1
-    assert show()["InvocationID"] == lab_baseline[0] and files_hash() == lab_baseline[1]
+    assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_files_hash() == lab_baseline[1]

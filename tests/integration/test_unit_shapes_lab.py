@@ -3,13 +3,12 @@ candidate reads the instance's own files), and refusals with the true reason bef
 
 import json
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 import testinfra
-from conftest import LAB_HOST, run_playbook
+from conftest import LAB_HOST, lab, run_playbook
 from restored import restored_problems
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
@@ -29,11 +28,6 @@ ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path ${{M
 WantedBy=multi-user.target
 """
 INSTANCE_ENV = "MODEL=Qwen/Qwen3-235B-A22B-Instruct-2507-FP8\nTENSOR_PARALLEL_SIZE=4\nSGLANG_API_KEY=tmpl-key-51ac\n"
-
-
-def lab(*command, check=True, stdin=None):
-    return subprocess.run(["podman", "exec", "-i", LAB, *command], capture_output=True, text=True, check=check,
-                          input=stdin)
 
 
 def roll_out(unit, port, prefix, **extra):
