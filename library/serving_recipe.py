@@ -293,16 +293,16 @@ def read_unit(module, unit):
         module.fail_json(msg=f"{unit} refused: {exc}")
     for finding in recipe["systemd"]["findings"]:
         module.warn(f"{unit}: {finding_line(finding)}")
-    return state, texts[state["FragmentPath"]], files, recipe
+    return state, texts[state["FragmentPath"]], files, recipe, systemd
 
 
-def read_running(module, unit, state, recipe):
+def read_running(module, unit, state, recipe, reading):
     """What runs now, from the kernel: shown beside systemd's reading (the process may predate an edit)."""
-    pid, systemd = state.get("ExecMainPID", "0"), recipe["systemd"]
-    if state.get("ActiveState") != "active" or pid in ("", "0") or not systemd.get("expanded_argv"):
+    pid = state.get("ExecMainPID", "0")
+    if state.get("ActiveState") != "active" or pid in ("", "0") or not reading.get("expanded_argv"):
         return
-    running = running_reading(read_bytes(f"/proc/{pid}/cmdline"), systemd["expanded_argv"], redact_argv)
-    systemd["running"] = {"pid": int(pid), **running}
+    running = running_reading(read_bytes(f"/proc/{pid}/cmdline"), reading["expanded_argv"], redact_argv)
+    recipe["systemd"]["running"] = {"pid": int(pid), **running}
     if not running["matches"]:
         module.warn(f"{unit}: the running main process (pid {pid}) was started with another command "
                     f"line than systemd would start now ({running['edits']}): restart it, or the original "
@@ -375,8 +375,8 @@ def compare(module, params, recipe, env_texts, result):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    state, text, files, recipe = read_unit(module, params["unit"])
-    read_running(module, params["unit"], state, recipe)
+    state, text, files, recipe, reading = read_unit(module, params["unit"])
+    read_running(module, params["unit"], state, recipe, reading)
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
     # and the EnvironmentFiles' contents, which never leave the module.
     sections, env_texts = recipe.pop("sections"), recipe.pop("env_file_texts")
