@@ -33,10 +33,8 @@ def predict(p):
 
 def finalize(p):
     try:
-        return {"changed": True, "record": evidence.finalize(p["path"])}
-    except OSError as exc:  # a full or read-only disk: the path and the error, no traceback
-        raise AnsibleActionFail(f"cannot finalize {p['path']}: {exc.filename or p['path']}: {exc.strerror}") from None
-    except SystemExit as exc:  # a run folder is never finalized twice
+        return {"changed": True, "record": evidence.finalized(p["path"])}
+    except SystemExit as exc:  # a full or read-only disk, or a run folder finalized before (never twice)
         raise AnsibleActionFail(str(exc)) from None
 
 

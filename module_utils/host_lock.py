@@ -9,7 +9,7 @@ import time
 
 from .host_files import free_mib, free_space, proc_stat
 from .unit_stop import GONE
-from .watchdog import lease_path, renew_lease
+from .watchdog import remove_lock, renew_lease
 
 
 class Refused(Exception):
@@ -127,13 +127,6 @@ def describe(lock, state_file):
                "no phase recorded by that run (it had not begun to stop the original)"))
 
 
-def remove_lock(path):
-    """The lock and its lease, gone (a lease without its lock means nothing)."""
-    for found in (path, lease_path(path)):
-        if os.path.lexists(found):
-            os.remove(found)
-
-
 def stale_reason(current, holder_dead, state_file):
     """Why a lock left by another run may be taken over without steal, or None: the host rebooted under that run
     (nothing of it runs here any more), or its controller is gone and it recorded no phase (it never began to
@@ -210,8 +203,9 @@ def make_room(p):
         os.makedirs(folder, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise Refused(f"cannot make {folder}: {exc.strerror}") from exc
-    if free_mib(folder) < p["min_free_mib"]:
-        raise Refused(f"cannot take the lock: the state folder {folder} has {free_mib(folder):.1f} MiB free, "
+    free = free_mib(folder)
+    if free < p["min_free_mib"]:
+        raise Refused(f"cannot take the lock: the state folder {folder} has {free:.1f} MiB free, "
                       f"under the {p['min_free_mib']:g} MiB a run needs; nothing was written")
 
 

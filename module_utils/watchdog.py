@@ -185,7 +185,8 @@ def restore(cfg, run, say):
     return record
 
 
-def release(lock_path):
+def remove_lock(lock_path):
+    """The lock and its lease, gone (a lease without its lock means nothing)."""
     for path in (lock_path, lease_path(lock_path)):
         if os.path.lexists(path):
             os.unlink(path)
@@ -209,7 +210,7 @@ def watch(cfg, run=run_command, clock=time.time, sleep=time.sleep, say=print):
     except OSError as exc:
         say(f"FAILED to write the watchdog's record: {exc}")
     if record["original"] == "active":
-        release(cfg["lock_path"])  # the duty ends once the original serves; else the lock names what happened
+        remove_lock(cfg["lock_path"])  # the duty ends once the original serves; else the lock names what happened
     say(f"{'restored' if not record['failures'] else 'NOT restored'}: {cfg['unit']} {record['original']}"
         f"{'; ' + '; '.join(record['failures']) if record['failures'] else ''}; prove it with rollback.yml")
     return record

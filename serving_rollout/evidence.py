@@ -700,13 +700,19 @@ def check_dir(folder, min_free_mib):
     return None
 
 
+def finalized(run):
+    """finalize, with a full or read-only disk named by its path and error (SystemExit, no traceback), as a
+    finalized run is refused (the CLI and the run_evidence action both say it so)."""
+    try:
+        return finalize(run)
+    except OSError as exc:
+        raise SystemExit(f"cannot finalize {run}: {exc.filename or run}: {exc.strerror}") from None
+
+
 def on_run(command, run):
     """finalize, card, trust or verify one run's evidence folder."""
     if command == "finalize":
-        try:
-            print(json.dumps(finalize(run)))
-        except OSError as exc:  # a full or read-only disk: the path and the error, no traceback
-            raise SystemExit(f"cannot finalize {run}: {exc.filename or run}: {exc.strerror}") from None
+        print(json.dumps(finalized(run)))
     elif command == "card":
         sys.stdout.write(render_card(run))
     elif command == "trust":
@@ -721,7 +727,6 @@ def on_run(command, run):
         if problems:
             raise SystemExit(1)
         print(f"{run}: every file matches manifest.json")
-
 
 
 def main(argv):
@@ -740,6 +745,7 @@ def main(argv):
     if not Path(run).is_dir():
         raise SystemExit(f"no run directory at {run}")
     on_run(command, run)
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -32,11 +32,16 @@ class OneModuleUtilsName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return importlib.machinery.ModuleSpec(fullname, self)
         return None
 
+    def __init__(self):
+        self.own_specs = {}
+
     def create_module(self, spec):
-        return importlib.import_module("serving_rollout.module_utils." + spec.name[len(self.PREFIX):])
+        module = importlib.import_module("serving_rollout.module_utils." + spec.name[len(self.PREFIX):])
+        self.own_specs[module.__name__] = module.__spec__  # the import sets the alias's spec on it next
+        return module
 
     def exec_module(self, module):
-        module.__spec__ = importlib.util.find_spec(module.__name__)  # its own spec back (the import set the alias's)
+        module.__spec__ = self.own_specs.pop(module.__name__)  # its own spec back
 
 
 sys.meta_path.insert(0, OneModuleUtilsName())
