@@ -87,3 +87,31 @@ def test_the_cells_figure_starts_its_y_axes_at_zero():
     finally:
         plt.close(fig)
     assert evidence.figure({}) is None
+
+
+def run_evidence(**args):
+    """action_plugins/run_evidence.py in-process, as a task runs it."""
+    from types import SimpleNamespace
+
+    from test_host_steps import action_class
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="run_evidence")
+    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused"))
+    return action_class("run_evidence")(task, connection, None, None, None).run(task_vars={})
+
+
+def test_the_run_evidence_action_names_a_missing_run_a_full_evidence_folder_and_a_second_finalize(tmp_path):
+    from ansible.errors import AnsibleActionFail
+
+    with pytest.raises(AnsibleActionFail, match=f"no run directory at {tmp_path / 'nope'}"):
+        run_evidence(op="trust", path=str(tmp_path / "nope"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(AnsibleActionFail, match=f"evidence folder {blocked} is not writable"):
+        run_evidence(op="check_dir", path=str(blocked), min_free_mib=1)
+    with pytest.raises(AnsibleActionFail, match="has [0-9]+ MiB free, under the 1000000000 MiB a run needs"):
+        run_evidence(op="check_dir", path=str(tmp_path), min_free_mib=1e9)
+    run = write_run(tmp_path, {"restored": True}, {"decision": "inconclusive", "rule": {}, "reasons": []})
+    assert run_evidence(op="finalize", path=str(run))["record"]["host_record"]["verdict"] == "inconclusive"
+    with pytest.raises(AnsibleActionFail, match="already finalized; run directories are never overwritten"):
+        run_evidence(op="finalize", path=str(run))
+    assert evidence.verify(run) == []  # the first finalize's files, untouched by the refused second

@@ -31,3 +31,18 @@ def test_a_missing_binary_fails_the_task_naming_it(module, capsys):
         host_run(module, ["no-such-systemctl-here", "show"])
     failed = json.loads(capsys.readouterr().out)
     assert failed["failed"] and "no-such-systemctl-here" in failed["msg"]
+
+
+def test_a_module_given_no_engine_fails_naming_what_it_needs(module, capsys):
+    from serving_rollout.module_utils.engine_client import connect_module
+
+    module.params.update({"base_url": None, "model": None, "api_key_var": None, "env_files": [],
+                          "connection": {"model": "tiny"}})
+    with pytest.raises(SystemExit):
+        connect_module(module)
+    failed = json.loads(capsys.readouterr().out)
+    assert failed["msg"] == "no engine to talk to: base_url (or connection.base_url) is required, got none"
+    module.params["connection"] = {"base_url": "http://127.0.0.1:30000", "model": "tiny", "api_key_var": ""}
+    connect_module(module)
+    assert (module.params["base_url"], module.params["model"], module.params["api_key_var"]) == \
+        ("http://127.0.0.1:30000", "tiny", None)
