@@ -7,7 +7,9 @@ module: journal_scan
 short_description: Read one invocation's journal with the engine's adapter - phase, crash and its cause, noise, NCCL
 description:
   - Reads the journal of a unit's invocation (C(_SYSTEMD_INVOCATION_ID)), the current one
-    by default, on the host, and judges it with the engine's adapter
+    by default, on the host, as journald stores it (C(journalctl -o json --all): a message holding a
+    progress bar's carriage returns or colours is never C([N blob data])), cut into lines and cleaned
+    by one reader (module_utils/log_lines.py), and judges it with the engine's adapter
     (module_utils/engine_adapters.py, checked against a corpus of real logs).
   - Redacts secrets before anything is returned - the values of secret-named variables in
     the unit's EnvironmentFiles, and NAME=value / --api-key value patterns.
@@ -95,10 +97,12 @@ EXAMPLES = r"""
 RETURN = r"""
 scan:
   description: >-
-    invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, cause, errors,
+    invocation_id, lines, ready (the ready line was logged), phase, crashed, crash, crash_phase (the
+    start-up phase the crash struck in), cause, cause_frame (the traceback frame that raised it), errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
     custom_all_reduce_evidence, kv_cache_tokens, max_concurrency (the concurrency the engine states once its
-    KV cache is sized), ready_after_s (first line to the first ready line), excerpt;
+    KV cache is sized), accept_length (speculation's accept length as the engine logs it: {value, source,
+    line, reports}, or null), ready_after_s (first line to the first ready line), excerpt;
     collectives ({backend: nccl, gloo or None, evidence: the line});
     arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument;
     proof ({kind, proven, expected, saw}) when a proof is given.
@@ -114,6 +118,7 @@ from ansible.module_utils.engine_adapters import arg_effect, collectives, read_l
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.host_commands import host_run
+from ansible.module_utils.log_lines import journal_entries
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
 from ansible.module_utils.unit_recipe import REDACTED, is_public_flag, is_public_name
 
@@ -157,7 +162,9 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "phase": read["phase"],
         "crashed": read["crashed"] or bool(operator),
         "crash": read["crash"] or ("operator-pattern" if operator else None),
+        "crash_phase": read["crash_phase"],
         "cause": read["cause"] or (operator[0] if operator else None),
+        "cause_frame": read["cause_frame"],
         "errors": read["errors"] + operator,
         "warnings": read["warnings"],
         "noise": read["noise"],
@@ -172,6 +179,7 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
         "kv_cache_tokens": read["kv_cache_tokens"],
         "max_concurrency": read["max_concurrency"],
+        "accept_length": read["accept_length"],
         "collectives": dict(zip(("backend", "evidence"), collectives(text), strict=True)),
     }
 
@@ -206,21 +214,18 @@ def main():
         empty = judge(p["engine"], [])
         module.exit_json(changed=False, scan=dict(empty, invocation_id=None, excerpt=[],
                                                   reason=f"{p['unit']} has no invocation"))
-    rc, out, err = host_run(module, ["journalctl", "--no-pager", "-o", "short-unix",
-                                       f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    # JSON with --all: the messages as journald stores them (a progress bar's carriage returns and colours
+    # would print as "[N blob data]" otherwise), cut and cleaned by the one line reader
+    rc, out, err = host_run(module, ["journalctl", "--no-pager", "-o", "json", "--all",
+                                     f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
-        module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}")
+        module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}", rc=rc, stderr=err)
     secrets = secret_values(p["env_files"])
-    stamped = []
-    for entry in out.splitlines():  # "1733071212.123456 host ident[pid]: message"
-        stamp, _, rest = entry.partition(" ")
-        try:
-            when = float(stamp)
-        except ValueError:  # a continuation line of a multi-line message
-            if stamped:
-                stamped.append((stamped[-1][0], redact(entry, secrets)))
-            continue
-        stamped.append((when, redact(rest.split(": ", 1)[1] if ": " in rest else "", secrets)))
+    try:
+        entries = journal_entries(out)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    stamped = [(entry["time"], redact(line, secrets)) for entry in entries for line in entry["lines"]]
     lines = [line for _, line in stamped]
     scan = judge(p["engine"], lines, p["known_noise"], p["stop_requested"], extra)
     scan.update(invocation_id=invocation, excerpt=lines[-p["excerpt_lines"]:],

@@ -15,15 +15,23 @@ import ast
 import json
 import re
 
+from .log_lines import clean as clean_log
+
 # A signature: (name, regular expression, kind). kind is "fatal" (the engine is crashing or dead)
 # or "warning" (an error-looking line a healthy engine may print; judged against the baseline).
 # Order is priority: when several fatal signatures appear, the first named here is the crash
 # (a watchdog time-out kills the worker with SIGABRT: the time-out is the cause, "died -6" the echo).
 _CAUSES = (
     ("nccl-watchdog-timeout", r"Watchdog caught collective operation timeout", "fatal"),
-    ("cuda-oom", r"(?i)CUDA out of memory|OutOfMemoryError", "fatal"),
+    # torch's allocator ("CUDA out of memory. Tried to allocate"), its exception, and the CUDA runtime's own
+    # word for it ("CUDA error: out of memory", a graph capture's OOM): crash_phase says where it struck
+    ("cuda-oom", r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "fatal"),
     ("kv-cache-no-memory", r"No available memory for the cache blocks", "fatal"),
-    ("kv-cache-too-small", r"larger than the maximum number of tokens that can be stored in KV cache", "fatal"),
+    # V0: "... larger than the maximum number of tokens that can be stored in KV cache (N)";
+    # V1: "... KV cache is needed, which is larger than the available KV cache memory (X GiB)"
+    ("kv-cache-too-small", r"larger than the maximum number of tokens that can be stored in KV cache|"
+                           r"is larger than the available KV cache memory", "fatal"),
+    ("cuda-illegal-memory-access", r"(?i)an illegal memory access was encountered|cudaErrorIllegalAddress", "fatal"),
     ("nccl-error", r"NCCL [Ee]rror\b", "fatal"),                          # RuntimeError: NCCL error: ...; NCCL Error 5
     ("cuda-failed", r"(?i)\bFailed: Cuda error\b", "fatal"),             # custom_all_reduce.cuh, lower-case "Cuda"
     ("cuda-error", r"(?i)\bCUDA(RT)? error\b", "fatal"),
@@ -58,8 +66,22 @@ _NCCL_VERSION_RES = (
     re.compile(r"\bis using nccl==(\d+\.\d+\.\d+)"),
 )
 
-# The cause line of a crash: a Python exception with its message, minus the engine's log prefix.
+# The cause line of a crash: a Python exception with its message, minus the engine's log prefix; or its
+# bare name alone on its line (raised without a message: "TimeoutError").
 _EXCEPTION_RE = re.compile(r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (.+)$")
+_BARE_EXCEPTION_RE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))$")
+# Python's words between the exceptions of a chain: the one printed before them is the inner one.
+_CHAIN_RE = re.compile(r"The above exception was the direct cause of the following exception|"
+                       r"During handling of the above exception, another exception occurred")
+# The frame a Python traceback names for the raise (faulthandler's frames have no comma: _FRAME_RE).
+_RAISE_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in \S+')
+# The engine's own word that a line is a warning: vLLM's level ("WARNING 03-22 18:40:47 [..]"), Python
+# logging's ("WARNING:", " - WARNING - "), the engines' "To silence this warning", Python's warnings
+# ("UserWarning: ") and torch's C++ warnings ("[W1226 15:44:09 ...]", "[rank1]:[W CudaIPCTypes.cpp:16]").
+# A crash signature in such a line is a warning, never a crash (SGLang's "Setup Custom allreduce failed
+# with CUDART error: ... To silence this warning" on a PCIe pair that then serves).
+_ENGINE_WARNING_RE = re.compile(r"\bWARNING(?: \d\d-\d\d |:| - )|To silence this warning|\b[A-Z]\w*Warning: |"
+                                r"\[W(?:\d{4} | [\w.]+:\d+\])")
 # vLLM's and Ray's per-process prefixes, and a log-level/time/source prefix before the message.
 # journald's "Feb 04 08:47:05 host unit[pid]: ", compose's "name  | ", Ray's "(Worker pid=N, ip=...)",
 # torch's "[rank0]:", vLLM's "ERROR 03-11 11:58:53 [core.py:1100] " (old: "... core.py:45] ").
@@ -113,12 +135,18 @@ SGLANG = {
     "stop_noise": [],
     "custom_all_reduce": {
         "enabled": [r"Registering \d+ cuda graph addresses"],
-        "disabled": [r"Custom allreduce is disabled", r"Custom all-?reduce kernels are temporarily disabled"],
+        # "Custom allreduce is disabled because ...", SGLang 0.5's "CustomAllreduce is disabled" and
+        # "CustomAllReduceV2 is disabled", and its "Setup Custom allreduce failed with ..." (it goes on without)
+        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled", r"Custom all-?reduce kernels are temporarily disabled",
+                     r"Setup Custom allreduce failed"],
         "config_off": [r"disable_custom_all_reduce=True"],
     },
     "kv_cache_tokens": [r"KV Cache is allocated\. #tokens: (\d[\d,]*)", r"max_total_num_tokens=(\d[\d,]*)"],
     # The requests the engine says it will run at once (its scheduler's limit, after the KV cache is sized).
     "max_concurrency": [r"max_running_requests=(\d+)"],
+    # Speculation's accept length in its decode lines ("Decode batch, ..., accept len: 2.58, ..."), for a
+    # server without --enable-metrics.
+    "accept_length_lines": [r"Decode batch.*\baccept len: ([\d.]+)"],
     # Prometheus /metrics (served with --enable-metrics; sgl-project/sglang docs/references/production_metrics.md):
     # histograms (_sum, _count), counters (_total); speculation reports its accept length as a gauge.
     "metrics": {"ttft": "sglang:time_to_first_token_seconds", "e2e": "sglang:e2e_request_latency_seconds",
@@ -179,7 +207,14 @@ VLLM = {
     # A tool or reasoning parser's traceback is one request's failure (the request still got its
     # answer): a warning of the API server, never an engine crash (the lab's real vLLM logs it).
     "crashes": (("request-error", r"\[\w*_(?:tool|reasoning)_parser\.py:\d+\]", "warning"),) + _CAUSES + (
+        # V1's engine core waits for its workers' answer to a call (execute_model, sample_tokens) and gives up
+        ("rpc-timeout", r"RPC call to \w+ timed out", "fatal"),
         ("worker-died", r"Worker(?: proc)? \S+(?: pid \d+)? died(?:, exit code: -?\d+| unexpectedly)", "fatal"),
+        # V1's API server (or LLM client) found its engine core process gone: "core_client.py ... Engine core
+        # proc EngineCore_DP0 died unexpectedly, shutting down client."
+        ("engine-core-died", r"Engine core proc \S+ died unexpectedly", "fatal"),
+        # Ray reports a worker's failure on its behalf (its own exception wrapped, or the actor gone)
+        ("ray-worker-failed", r"RayTaskError|ActorDiedError|The actor died unexpectedly", "fatal"),
         ("engine-core-fatal", r"EngineCore (?:encountered a fatal error|failed to start)", "fatal"),
         ("engine-dead", r"EngineDeadError|AsyncEngineDeadError|output_handler failed", "fatal"),
     ) + _ECHOES + _WARNINGS,
@@ -189,15 +224,19 @@ VLLM = {
     "stop_lines": [r"\[shutdown\]|Shutting down FastAPI HTTP server|Waiting for application shutdown|"
                    r"Application shutdown complete|Finished server process"],
     # After an orderly stop began, vLLM logs EngineDeadError from its output handler: not a crash.
-    "stop_noise": [r"EngineDeadError", r"AsyncLLM output_handler failed", r"output_handler failed"],
+    # A stop the tool asked for can also read as the engine core dying (vllm-project/vllm#41507).
+    "stop_noise": [r"EngineDeadError", r"AsyncLLM output_handler failed", r"output_handler failed",
+                   r"Engine core proc \S+ died unexpectedly"],
     "custom_all_reduce": {
         "enabled": [r"Registering \d+ cuda graph addresses"],
-        "disabled": [r"Custom allreduce is disabled", r"Custom all-?reduce kernels are temporarily disabled"],
+        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled", r"Custom all-?reduce kernels are temporarily disabled"],
         "config_off": [r"disable_custom_all_reduce=True", r"'disable_custom_all_reduce': True"],
     },
     "kv_cache_tokens": [r"KV cache size: (\d[\d,]*) tokens"],
     # How many requests of the full context length fit in the KV cache at once ("6.49x").
     "max_concurrency": [r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"],
+    # V1's periodic speculation line ("SpecDecoding metrics: Mean acceptance length: 5.44, ...").
+    "accept_length_lines": [r"SpecDecoding metrics: .*Mean acceptance length: ([\d.]+)"],
     # Prometheus /metrics (always served; the lab's vLLM 0.32 answers these names): mean acceptance length
     # is 1 + accepted / drafts, bonus token included, as vLLM's own SpecDecoding log line computes it.
     "metrics": {"ttft": "vllm:time_to_first_token_seconds", "e2e": "vllm:e2e_request_latency_seconds",
@@ -255,6 +294,7 @@ UNKNOWN = {
     "custom_all_reduce": {"enabled": [], "disabled": [], "config_off": []},
     "kv_cache_tokens": [],
     "max_concurrency": [],
+    "accept_length_lines": [],
     "metrics": {},
     "process_titles": [],
     "stop": {"waits_for_open_streams": True},
@@ -300,35 +340,69 @@ def nccl_versions(text):
 _FRAME_RE = re.compile(r'File "[^"]+", line \d+ in \S+')
 
 
-def cause_line(lines, crash=None, crash_pattern=None):
-    """The line an operator should see for a crash.
+def _exceptions(lines):
+    """[(index, exception text, echo?)] of every Python exception line: with its message, or its bare
+    name alone on a line; echo when it only says "see above" (EngineDeadError and the like)."""
+    found = []
+    for index, line in enumerate(lines):
+        body = _strip(line)
+        match = _EXCEPTION_RE.search(body) or _BARE_EXCEPTION_RE.match(body)
+        if match:
+            found.append((index, match.group(0), match.group(1).split(".")[-1] in _ECHO_CAUSES))
+    return found
 
-    A specific crash (a watchdog time-out, OOM, an NCCL or CUDA error) shows the exception
-    that names it, else its own line; a generic one (a traceback, a worker that died) shows
-    the last real exception (not one that only says 'see above'), else its own line. A
-    faulthandler dump shows its innermost frame (faulthandler prints the error line first,
-    when there is one, and that is a python-fatal-error)."""
-    exceptions, echo = [], None
-    for line in lines:
-        match = _EXCEPTION_RE.search(_strip(line))
-        if not match:
-            continue
-        if match.group(1).split(".")[-1] in _ECHO_CAUSES:
-            echo = match.group(0)
-        else:
-            exceptions.append((line, match.group(0)))
+
+def _innermost(real, lines):
+    """The exception a chain began with: the first one followed by Python's chain words ("The above
+    exception was the direct cause of ..."); without a chain, the last one."""
+    for index, text, _ in real:
+        if any(_CHAIN_RE.search(line) for line in lines[index + 1:index + 4]):
+            return index, text
+    return real[-1][:2]
+
+
+def _raise_frame(lines, index):
+    """The traceback frame just above line `index` (where its exception was raised), or None."""
+    for line in reversed(lines[max(0, index - 12):index]):
+        match = _RAISE_FRAME_RE.search(line)
+        if match:
+            return match.group(0)
+    return None
+
+
+def crash_cause(lines, crash=None, crash_pattern=None):
+    """{cause, frame}: the line an operator should see for a crash, and the frame that raised it.
+
+    A crash whose own signature is an exception's (an NCCL or CUDA error, OOM, KV cache too small, an
+    RPC timeout) shows that exception, else its own line; a generic one (a traceback, a worker or the
+    engine core that died) shows the innermost real exception of the chain (not one that only says
+    'see above'), its bare name where it had no message, else its own line. A faulthandler dump shows
+    its innermost frame."""
+    found = _exceptions(lines)
+    real = [item for item in found if not item[2]]
+    echo = next((text for _, text, is_echo in reversed(found) if is_echo), None)
     own = next((_strip(line) for line in lines if crash_pattern and re.search(crash_pattern, line)), None)
     if crash == "python-faulthandler-dump":
         frame = next((_FRAME_RE.search(line).group(0) for line in lines if _FRAME_RE.search(line)), None)
-        return f"faulthandler dump, innermost frame: {frame}" if frame else own
-    if crash in {name for name, _, _ in _CAUSES}:
-        named = [text for line, text in exceptions if re.search(crash_pattern, line)]
-        return named[-1] if named else own
-    if exceptions:
-        return exceptions[-1][1]
-    if crash == "engine-dead":  # the engine's own "dead" exception says more than the handler's line
-        return echo or own
-    return own or echo
+        return {"cause": f"faulthandler dump, innermost frame: {frame}" if frame else own, "frame": frame}
+    named = [(index, text) for index, text, _ in real
+             if crash_pattern and crash != "python-traceback" and re.search(crash_pattern, lines[index])]
+    if named:
+        index, text = named[-1]
+    elif crash in {name for name, _, _ in _CAUSES}:
+        return {"cause": own, "frame": None}
+    elif real:
+        index, text = _innermost(real, lines)
+    elif crash == "engine-dead":  # the engine's own "dead" exception says more than the handler's line
+        return {"cause": echo or own, "frame": None}
+    else:
+        return {"cause": own or echo, "frame": None}
+    return {"cause": text, "frame": _raise_frame(lines, index)}
+
+
+def cause_line(lines, crash=None, crash_pattern=None):
+    """The line an operator should see for a crash (crash_cause's cause)."""
+    return crash_cause(lines, crash, crash_pattern)["cause"]
 
 
 def custom_all_reduce_state(engine, text):
@@ -380,69 +454,97 @@ def max_concurrency(engine, text):
     return None
 
 
+def accept_length(engine, text):
+    """Speculation's accept length as the engine's own log states it, its last report: {value, source,
+    line, reports}, or None (no speculation, or an engine that logs none)."""
+    for pattern in adapter(engine)["accept_length_lines"]:
+        found = [(match, line) for line in (text or "").splitlines() for match in [re.search(pattern, line)] if match]
+        if found:
+            match, line = found[-1]
+            return {"value": float(match.group(1)), "source": "engine log", "line": _strip(line)[:200],
+                    "reports": len(found)}
+    return None
+
+
+def _signature(rules, line):
+    """(rank, name, pattern, kind) of the first crash signature in the line, or None."""
+    for rank, (name, pattern, kind) in enumerate(rules["crashes"]):
+        if re.search(pattern, line):
+            return rank, name, pattern, kind
+    return None
+
+
+def _judge_line(read, found, known, hit, line, survived):
+    """File one line that holds a signature. A fatal signature is a crash unless the engine's own words
+    call the line a warning or the engine went on to serve after it (survived); a warning is noise when
+    the baseline had it, else an error of this invocation."""
+    rank, name, pattern, kind = hit
+    key = signature_key(name, line)
+    if key not in read["signatures"]:
+        read["signatures"].append(key)
+    if kind == "fatal" and not (survived or _ENGINE_WARNING_RE.search(line)):
+        read["errors"].append(line)
+        found.setdefault(name, (rank, pattern, len(read["lines_before"])))
+    elif key in known:
+        read["noise"].append(line)
+    else:
+        read["warnings"].append(line)
+        read["errors"].append(line)
+
+
+def _crash(engine, lines, found):
+    """{crash, crash_phase, cause, cause_frame} of the most specific fatal signature found (None without)."""
+    if not found:
+        return {"crash": None, "crash_phase": None, "cause": None, "cause_frame": None}
+    crash, (_, pattern, first) = min(found.items(), key=lambda item: item[1][0])
+    why = crash_cause(lines, crash, pattern)
+    return {"crash": crash, "crash_phase": phase_of(engine, lines[:first + 1]), "cause": why["cause"],
+            "cause_frame": why["frame"]}
+
+
 def read_log(engine, text, known=(), stop_requested=False):
-    """Judge one invocation's log.
+    """Judge one invocation's log, read through the one line reader (module_utils/log_lines.py).
 
     known: signature keys of the healthy original's baseline invocation - seen there, so
     noise here (shown, not an error). stop_requested: the tool (or the operator) stopped this
     invocation, so the engine's own clean-stop errors are noise from the first line. Returns
-    {engine, ready_logged, phase, crashed, crash, cause, errors, warnings, noise, stuck,
-    signatures, stopping, nccl_versions, custom_all_reduce, kv_cache_tokens, max_concurrency}: errors are the
-    lines of fatal signatures and of warnings new against the baseline; crashed is whether a
-    fatal signature appeared (outside an orderly stop); crash names the most specific one."""
+    {engine, ready_logged, phase, crashed, crash, crash_phase, cause, cause_frame, errors, warnings, noise,
+    stuck, signatures, stopping, nccl_versions, custom_all_reduce, kv_cache_tokens, max_concurrency,
+    accept_length}: errors are the lines of fatal signatures and of warnings new against the baseline;
+    crashed is whether a fatal signature appeared (outside an orderly stop, not in a line the engine calls
+    a warning, not before the engine's last ready line); crash names the most specific one, crash_phase
+    the start-up phase it struck in."""
     rules = adapter(engine)
-    lines = (text or "").splitlines()
-    known = set(known or ())
-    errors, noise, warnings, signatures, stuck = [], [], [], [], []
+    text = clean_log(text)
+    lines = text.splitlines()
+    ready = [index for index, line in enumerate(lines) if _any(rules["ready_lines"], line)]
+    served_at = ready[-1] if ready else -1
+    read = {"errors": [], "warnings": [], "noise": [], "stuck": [], "signatures": [], "lines_before": []}
     found = {}
     stopping = bool(stop_requested)
-    for line in lines:
-        if _any(rules["stop_lines"], line):
-            stopping = True
-        if _any([p for _, p in rules["noise"]], line):
-            noise.append(line)
-            continue
-        if stopping and _any(rules["stop_noise"], line):
-            noise.append(line)  # vLLM's EngineDeadError of a clean stop
-            continue
+    for index, line in enumerate(lines):
+        stopping = stopping or _any(rules["stop_lines"], line)
+        if _any([p for _, p in rules["noise"]], line) or (stopping and _any(rules["stop_noise"], line)):
+            read["noise"].append(line)  # a healthy engine's warning; vLLM's EngineDeadError of a clean stop
+        elif (hit := _signature(rules, line)) is not None:
+            read["lines_before"] = lines[:index]
+            _judge_line(read, found, set(known or ()), hit, line, index < served_at)
         if _any(rules["stuck_lines"], line):
-            stuck.append(line)
-        for rank, (name, pattern, kind) in enumerate(rules["crashes"]):
-            if not re.search(pattern, line):
-                continue
-            key = signature_key(name, line)
-            if key not in signatures:
-                signatures.append(key)
-            if kind == "fatal":
-                errors.append(line)
-                found.setdefault(name, (rank, pattern))
-            elif key in known:
-                noise.append(line)
-            else:
-                warnings.append(line)
-                errors.append(line)
-            break
-    crash, cause = None, None
-    if found:
-        crash, (_, pattern) = min(found.items(), key=lambda item: item[1][0])
-        cause = cause_line(lines, crash, pattern)
+            read["stuck"].append(line)
+    del read["lines_before"]
     return {
         "engine": rules["name"],
-        "ready_logged": any(_any(rules["ready_lines"], line) for line in lines),
+        "ready_logged": bool(ready),
         "phase": phase_of(engine, lines),
-        "crashed": crash is not None,
-        "crash": crash,
-        "cause": cause,
-        "errors": errors,
-        "warnings": warnings,
-        "noise": noise,
-        "stuck": stuck,
-        "signatures": signatures,
+        "crashed": bool(found),
+        **_crash(engine, lines, found),
+        **read,
         "stopping": stopping,
         "nccl_versions": nccl_versions(text),
         "custom_all_reduce": custom_all_reduce_state(engine, text),
         "kv_cache_tokens": kv_cache_tokens(engine, text),
         "max_concurrency": max_concurrency(engine, text),
+        "accept_length": accept_length(engine, text),
     }
 
 

