@@ -7,7 +7,7 @@ module: journal_scan
 short_description: Read one invocation's journal with the engine's adapter - phase, crash and its cause, noise, NCCL
 description:
   - Reads the journal of a unit's invocation (C(_SYSTEMD_INVOCATION_ID)), the current one
-    by default, on the host, as journald stores it (C(journalctl -o json --all): a message holding a
+    by default, on the host, as journald stores it (C(journalctl -o json --all), so a message holding a
     progress bar's carriage returns or colours is never C([N blob data])), cut into lines and cleaned
     by one reader (module_utils/log_lines.py), and judges it with the engine's adapter
     (module_utils/engine_adapters.py, checked against a corpus of real logs).

@@ -86,7 +86,7 @@ _ENGINE_WARNING_RE = re.compile(r"\bWARNING(?: \d\d-\d\d |:| - )|To silence this
 # journald's "Feb 04 08:47:05 host unit[pid]: ", compose's "name  | ", Ray's "(Worker pid=N, ip=...)",
 # torch's "[rank0]:", vLLM's "ERROR 03-11 11:58:53 [core.py:1100] " (old: "... core.py:45] ").
 _PREFIX_RE = re.compile(r"^(?:\S+ \d+ \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )?(?:[\w.-]*\s*\|\s+)?"
-                        r"(?:\((?:[\w.-]+ )?pid=[\d.]+(?:, ip=[\d.]+)?\)\s*)*"
+                        r"(?:\((?:[\w.:=-]+ )*pid=[\d.]+(?:, ip=[\d.]+)?\)\s*)*"
                         r"(?:\[rank\d+\]:\s*)?"
                         r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? )?"
                         r"(?:\[[^\]]+\]|\S+\]) )?")
@@ -116,8 +116,10 @@ SGLANG = {
         ("loading-weights", r"Load weight begin|Loading safetensors checkpoint shards"),
         ("weights-loaded", r"Load weight end"),
         ("kv-cache", r"KV Cache is allocated|Memory pool end"),
-        ("cuda-graph-capture", r"Capture cuda graph begin|Capturing batches"),
-        ("cuda-graph-captured", r"Capture cuda graph end"),
+        # 0.5 adds piecewise graphs: "Capturing num tokens", "Capture piecewise CUDA graph end"
+        ("cuda-graph-capture", r"Capture (?:piecewise )?(?:cuda|CUDA) graph begin|Capturing batches|"
+                               r"Capturing num tokens"),
+        ("cuda-graph-captured", r"Capture (?:piecewise )?(?:cuda|CUDA) graph end"),
         ("http-starting", r"max_total_num_tokens=|Uvicorn running on|Application startup complete"),
         ("ready", r"The server is fired up and ready to roll!"),
     ],
@@ -137,11 +139,13 @@ SGLANG = {
         "enabled": [r"Registering \d+ cuda graph addresses"],
         # "Custom allreduce is disabled because ...", SGLang 0.5's "CustomAllreduce is disabled" and
         # "CustomAllReduceV2 is disabled", and its "Setup Custom allreduce failed with ..." (it goes on without)
-        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled", r"Custom all-?reduce kernels are temporarily disabled",
-                     r"Setup Custom allreduce failed"],
-        "config_off": [r"disable_custom_all_reduce=True"],
+        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled",
+                     r"Custom all-?reduce kernels are temporarily disabled", r"Setup Custom allreduce failed"],
+        # the config's own value, not the warning's advice ("specify disable_custom_all_reduce=True explicitly")
+        "config_off": [r"(?<!specify )disable_custom_all_reduce=True"],
     },
-    "kv_cache_tokens": [r"KV Cache is allocated\. #tokens: (\d[\d,]*)", r"max_total_num_tokens=(\d[\d,]*)"],
+    # 0.5.6 names the dtype first: "KV Cache is allocated. dtype: torch.bfloat16, #tokens: N"
+    "kv_cache_tokens": [r"KV Cache is allocated\..*?#tokens: (\d[\d,]*)", r"max_total_num_tokens=(\d[\d,]*)"],
     # The requests the engine says it will run at once (its scheduler's limit, after the KV cache is sized).
     "max_concurrency": [r"max_running_requests=(\d+)"],
     # Speculation's accept length in its decode lines ("Decode batch, ..., accept len: 2.58, ..."), for a
@@ -214,7 +218,8 @@ VLLM = {
         # proc EngineCore_DP0 died unexpectedly, shutting down client."
         ("engine-core-died", r"Engine core proc \S+ died unexpectedly", "fatal"),
         # Ray reports a worker's failure on its behalf (its own exception wrapped, or the actor gone)
-        ("ray-worker-failed", r"RayTaskError|ActorDiedError|The actor died unexpectedly", "fatal"),
+        ("ray-worker-failed", r"RayTaskError|ActorDiedError|The actor died unexpectedly|"
+                              r"The actor is dead because its worker process has died", "fatal"),
         ("engine-core-fatal", r"EngineCore (?:encountered a fatal error|failed to start)", "fatal"),
         ("engine-dead", r"EngineDeadError|AsyncEngineDeadError|output_handler failed", "fatal"),
     ) + _ECHOES + _WARNINGS,
@@ -229,8 +234,9 @@ VLLM = {
                    r"Engine core proc \S+ died unexpectedly"],
     "custom_all_reduce": {
         "enabled": [r"Registering \d+ cuda graph addresses"],
-        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled", r"Custom all-?reduce kernels are temporarily disabled"],
-        "config_off": [r"disable_custom_all_reduce=True", r"'disable_custom_all_reduce': True"],
+        "disabled": [r"(?i)Custom ?all-?reduce(?:V2)? is disabled",
+                     r"Custom all-?reduce kernels are temporarily disabled"],
+        "config_off": [r"(?<!specify )disable_custom_all_reduce=True", r"'disable_custom_all_reduce': True"],
     },
     "kv_cache_tokens": [r"KV cache size: (\d[\d,]*) tokens"],
     # How many requests of the full context length fit in the KV cache at once ("6.49x").

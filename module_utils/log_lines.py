@@ -20,8 +20,10 @@ import re
 _ESCAPE_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
 # Control characters other than tab (a carriage return splits a line before this applies).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-# Ray's log de-duplication: the same line from N more workers.
-_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# Ray's log de-duplication: the same line from N more workers, the first time with Ray's notice after it
+# ("[repeated 8x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)").
+_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]"
+                              r"(?: \(Ray deduplicates logs by default\.[^)]*\))?\s*$")
 # kubectl logs --prefix: "[pod/<pod>/<container>] ".
 _KUBECTL_PREFIX_RE = re.compile(r"^\[pod/[\w.-]+/[\w.-]+\] ")
 
