@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from serving_rollout.module_utils import arm, host_lock
+from serving_rollout.module_utils import arm, engine_metrics, host_lock
 from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(CELL_ARGS + (
         "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
         "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
-        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection"))
+        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection", "accept_length_from_log"))
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
@@ -87,6 +87,8 @@ class ActionModule(ActionBase):
             self.go_on(args, task_vars, when="last cell")
         # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
         cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
+        if args["arm"] == "candidate" and args.get("accept_length_from_log"):
+            cell = self.with_logged_accept_length(args, task_vars, cell)
         display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
         result = {"changed": False, "cell": cell,
                   "ansible_facts": {"rollout_progress": {
@@ -110,6 +112,19 @@ class ActionModule(ActionBase):
         failure = arm.endurance_failure(verdict, scan["scan"])
         return {**result, "verdict": verdict, "scan": scan["scan"],
                 **({"failed": True, "msg": failure} if failure else {})}
+
+    def with_logged_accept_length(self, args, task_vars, cell):
+        """A speculative candidate whose /metrics gave no accept length (SGLang without --enable-metrics): the
+        engine's own log line for it (vLLM's SpecDecoding metrics, SGLang's decode lines), read once after the
+        cell, kept as engine_log with its source beside the engine's /metrics figures."""
+        if engine_metrics.figures(cell["engine_metrics"])["accept_length"] if cell.get("engine_metrics") else False:
+            return cell
+        scan = self._execute_module(module_name="journal_scan", task_vars=task_vars, module_args={
+            "unit": args["candidate_unit"], "engine": args["engine"], "env_files": args.get("env_files") or [],
+            "excerpt_lines": 0})
+        if scan.get("failed"):
+            raise AnsibleActionFail(f"read {args['candidate_unit']}'s journal: {scan.get('msg')}")
+        return dict(cell, engine_log={"accept_length": scan["scan"]["accept_length"]})
 
     @staticmethod
     def lease_kept(args):

@@ -46,6 +46,13 @@ options:
   remeasure_max: {description: Times a disturbed chunk is measured again., type: int}
   condition_limits: {description: How far conditions may differ., type: dict}
   engine: {description: "The engine (its /metrics are read beside the client's figures, latency_cell).", type: str}
+  accept_length_from_log:
+    description: >-
+      A speculative candidate (the catalog's choice) - when its /metrics give no accept length, the candidate
+      arm reads the engine's own log line for it once after the cell (journal_scan) and keeps it as
+      C(engine_log) with its source.
+    type: bool
+    default: false
   duration_s:
     description: >-
       An endurance cell - chunks until this many seconds have passed (not a request count), stopping at

@@ -101,6 +101,8 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, engine=None
         raise PlanError(f"candidate {candidate_id!r}: bad numerics: {exc}") from exc
     return {"id": candidate_id, "change": change, "proof": proof, "nccl": controls.proven_by_nccl(proof),
             "group": controls.group(candidate_id),
+            # speculation is judged by its accept length: the engine's /metrics, else its own log line
+            "reads_accept_length": controls.group(candidate_id) == "speculative",
             "effect_model": controls.effect_model(candidate_id), "numerics": numerics,
             "endurance": controls.endurance(candidate_id),
             "engine": engine, "in_plan": bool(listed),

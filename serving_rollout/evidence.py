@@ -143,6 +143,8 @@ def cells_under_load(run):
                 figures[key] = {f"p{q}": round(_percentile(values, q), 4) for q in (50, 90, 99)} if values else None
             if cell.get("engine_metrics") is not None:
                 figures["engine"] = engine_metrics.figures(cell["engine_metrics"])
+            if cell.get("engine_log"):  # what the engine's own log said (accept length without /metrics)
+                figures["engine_log"] = cell["engine_log"]
             entry = out.setdefault(cell["name"], {"concurrency": cell.get("concurrency", 1), "arms": {}})
             entry["arms"][arm] = figures
     return out
@@ -166,19 +168,29 @@ def speculation(run):
             continue
         rates = decode.get(name, {})
         baseline = [rates[arm] for arm in ("baseline-1", "baseline-2") if rates.get(arm)]
-        engine = (cell["arms"].get("candidate") or {}).get("engine") or {}
-        accept, candidate = engine.get("accept_length"), rates.get("candidate")
-        row = {"accept_length": accept, "candidate_decode_tps": candidate,
+        accept, source = accept_length(cell["arms"].get("candidate") or {})
+        candidate = rates.get("candidate")
+        row = {"accept_length": accept, "accept_length_source": source, "candidate_decode_tps": candidate,
                "baseline_decode_tps": round(statistics.mean(baseline), 1) if baseline else None}
         if accept and candidate and baseline:
             step_s = accept / candidate
             row.update(verify_step_ms=round(step_s * 1000, 2), break_even=round(step_s * row["baseline_decode_tps"], 2))
             row["pays"] = accept > row["break_even"]
         else:
-            row["reason"] = ("the engine reported no accept length" + (f" ({engine.get('reason')})"
-                             if engine.get("reason") else "")) if not accept else "no decode rate in an arm"
+            reason = ((cell["arms"].get("candidate") or {}).get("engine") or {}).get("reason")
+            row["reason"] = ("the engine reported no accept length, in /metrics or its log"
+                             + (f" ({reason})" if reason else "")) if not accept else "no decode rate in an arm"
         out["cells"][name] = row
     return out
+
+
+def accept_length(figures):
+    """(accept length, its source) of an arm's figures: the engine's /metrics first, else its own log line."""
+    metrics = (figures.get("engine") or {}).get("accept_length")
+    if metrics:
+        return metrics, "/metrics"
+    logged = ((figures.get("engine_log") or {}).get("accept_length") or {}).get("value")
+    return (logged, "engine log") if logged else (None, None)
 
 
 def single_stream_decode(run):
@@ -321,7 +333,8 @@ def speculation_lines(spec):
     lines = []
     for name, row in spec["cells"].items():
         if "break_even" in row:
-            lines.append(f"Speculation ({name}): accept length {row['accept_length']:g} (the engine's), verify step "
+            lines.append(f"Speculation ({name}): accept length {row['accept_length']:g} (the engine's "
+                         f"{row.get('accept_length_source') or '/metrics'}), verify step "
                          f"{row['verify_step_ms']:g} ms, break-even accept length {row['break_even']:g} against the "
                          f"baseline's {row['baseline_decode_tps']:g} tokens/s: "
                          + ("it pays." if row["pays"] else "it does not pay (accept length below break-even)."))

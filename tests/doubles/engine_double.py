@@ -92,7 +92,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 try:
-    import engine_adapters  # beside the double on the lab host (roles/lab_serving_host copies it)
+    from double_module_utils import engine_adapters  # beside the double on the lab host (roles/lab_serving_host)
 except ImportError:  # run from the checkout: the installed package
     from serving_rollout.module_utils import engine_adapters
 
