@@ -175,6 +175,10 @@ SGLANG = {
         "cuda-graph-captured": "[{time} TP0] Capture cuda graph end. Time elapsed: 2.19 s",
         # sgl-project/sglang#27948 (the corpus): a capture that fails ends the scheduler with this line
         "cuda-graph-failed": "Exception: Capture cuda graph failed: {cause}",
+        # sgl-project/sglang#30047 and #22166 (the corpus): a decode line of a speculating server
+        "decode-batch": "[{time} TP0] Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00, "
+                        "accept len: {accept:.2f}, cuda graph: True, gen throughput (token/s): {tps:.2f}, "
+                        "#queue-req: 0",
         "custom-all-reduce-enabled": "[{time} TP0] Registering {n} cuda graph addresses",
         "custom-all-reduce-disabled": "[{time} TP0] Custom allreduce is disabled because {reason}",
         "http-starting": "[{time}] INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)",

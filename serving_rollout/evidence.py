@@ -333,8 +333,8 @@ def speculation_lines(spec):
     lines = []
     for name, row in spec["cells"].items():
         if "break_even" in row:
-            lines.append(f"Speculation ({name}): accept length {row['accept_length']:g} (the engine's "
-                         f"{row.get('accept_length_source') or '/metrics'}), verify step "
+            source = "the engine's log" if row.get("accept_length_source") == "engine log" else "the engine's /metrics"
+            lines.append(f"Speculation ({name}): accept length {row['accept_length']:g} ({source}), verify step "
                          f"{row['verify_step_ms']:g} ms, break-even accept length {row['break_even']:g} against the "
                          f"baseline's {row['baseline_decode_tps']:g} tokens/s: "
                          + ("it pays." if row["pays"] else "it does not pay (accept length below break-even)."))

@@ -512,6 +512,10 @@ class Engine:
             self.served["ttft_sum"] += first or 0.0
             self.served["e2e_sum"] += time.monotonic() - started
             self.served["generated"] += count
+        if self.accept_length and self.env.get("DOUBLE_SHAPE", "sglang") == "sglang":
+            # SGLang logs speculation's accept length in its decode lines, with or without --enable-metrics
+            self.say("decode-batch", tokens=count, accept=self.accept_length,
+                     tps=count / max(time.monotonic() - started, 1e-6))
 
     def metrics_text(self):
         """Prometheus /metrics in the shape of the engine it plays (the names its adapter reads)."""
@@ -525,9 +529,11 @@ class Engine:
                  f"# TYPE {names['e2e']} histogram", f"{names['e2e']}_sum{label} {served['e2e_sum']}",
                  f"{names['e2e']}_count{label} {float(served['requests'])}",
                  f"# TYPE {names['generated']} counter", f"{names['generated']}{label} {float(served['generated'])}"]
-        if self.accept_length and names.get("accept_length"):  # SGLang: a gauge
+        # no_spec_metrics: a server whose /metrics say nothing of speculation (SGLang without --enable-metrics)
+        speculating = self.accept_length and "no_spec_metrics" not in self.faults
+        if speculating and names.get("accept_length"):  # SGLang: a gauge
             lines += [f"# TYPE {names['accept_length']} gauge", f"{names['accept_length']}{label} {self.accept_length}"]
-        elif self.accept_length:  # vLLM: counters, accept length = 1 + accepted / drafts
+        elif speculating:  # vLLM: counters, accept length = 1 + accepted / drafts
             drafts = served["generated"] / self.accept_length
             accepted = drafts * (self.accept_length - 1)
             lines += [f"{names['drafts']}{label} {drafts}", f"{names['accepted']}{label} {accepted}"]

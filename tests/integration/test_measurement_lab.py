@@ -39,7 +39,10 @@ def invocation():
 
 def test_a_speculative_candidate_shows_its_accept_length_against_the_break_even():
     before = invocation()
-    result, evidence = rollout(serving_recipe_candidate_id="speculative", serving_recipe_control_value=SPECULATIVE)
+    # no_spec_metrics: the candidate's /metrics say nothing of speculation (SGLang without --enable-metrics),
+    # so its accept length is the one its decode lines log
+    result, evidence = rollout("no_spec_metrics", serving_recipe_candidate_id="speculative",
+                               serving_recipe_control_value=SPECULATIVE)
     assert result.returncode == 0, result.stdout[-4000:]
     run = only_run_dir(evidence, "lab-gpu-1", "rollout")
     decision = json.loads((run / "decision.json").read_text())
@@ -47,12 +50,13 @@ def test_a_speculative_candidate_shows_its_accept_length_against_the_break_even(
     assert spec["baseline_has_speculation"] is False, spec  # the no-spec original is the baseline
     row = spec["cells"]["1k"]
     # The double: a 12.5 ms verify step (2.5 decode steps of 5 ms) yielding 2.0 tokens, against 5 ms a token.
-    assert row["accept_length"] == 2.0, row
+    assert row["accept_length"] == 2.0 and row["accept_length_source"] == "engine log", row
     assert 2.2 < row["break_even"] < 2.8 and row["pays"] is False, row
     assert decision["verdict"] != "acceptable", decision  # slower per token: never promoted
     card = (run / "result-card.md").read_text()
-    assert re.search(r"Speculation \(1k\): accept length 2 \(the engine's\), verify step [\d.]+ ms, break-even "
-                     r"accept length [\d.]+ against the baseline's [\d.]+ tokens/s: it does not pay", card), card
+    assert re.search(r"Speculation \(1k\): accept length 2 \(the engine's log\), verify step [\d.]+ ms, "
+                     r"break-even accept length [\d.]+ against the baseline's [\d.]+ tokens/s: it does not pay",
+                     card), card
     assert_restored(before)
 
 

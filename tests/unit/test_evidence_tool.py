@@ -115,3 +115,32 @@ def test_the_run_evidence_action_names_a_missing_run_a_full_evidence_folder_and_
     with pytest.raises(AnsibleActionFail, match="already finalized; run directories are never overwritten"):
         run_evidence(op="finalize", path=str(run))
     assert evidence.verify(run) == []  # the first finalize's files, untouched by the refused second
+
+
+def speculative_run(tmp_path, candidate_cell):
+    """A speculative run's records: three single-stream arms of one cell, the candidate's as given."""
+    run = tmp_path / "host-1" / "rollout-20261205T000000Z"
+    run.mkdir(parents=True)
+    (run / "recipes.json").write_text(json.dumps({"original": {"engine_args": {"--tp-size": "2"}},
+                                                  "change": {"change": {"kind": "speculative"}}}))
+    cell = {"name": "1k", "concurrency": 1, "elapsed_s": 1.0}
+    arms = {arm: [dict(cell, requests=[{"decode_tps": 250.0, "completion_tokens": 32}])]
+            for arm in ("baseline-1", "baseline-2")}
+    arms["candidate"] = [dict(cell, requests=[{"decode_tps": 300.0, "completion_tokens": 32}], **candidate_cell)]
+    (run / "cells.json").write_text(json.dumps({"arms": arms}))
+    return run
+
+
+def test_a_speculative_candidate_without_metrics_takes_its_accept_length_from_the_engines_log(tmp_path):
+    logged = {"accept_length": {"value": 3.13, "source": "engine log", "line": "... accept len: 3.13, ...",
+                                "reports": 4}}
+    row = evidence.speculation(speculative_run(tmp_path, {"engine_log": logged}))["cells"]["1k"]
+    assert (row["accept_length"], row["accept_length_source"]) == (3.13, "engine log"), row
+    assert row["break_even"] == round(3.13 / 300.0 * 250.0, 2) and row["pays"] is True, row
+    lines = evidence.speculation_lines({"cells": {"1k": row}, "baseline_has_speculation": False})
+    assert "accept length 3.13 (the engine's log)" in lines[0], lines
+
+
+def test_a_speculative_candidate_with_no_accept_length_anywhere_says_so(tmp_path):
+    row = evidence.speculation(speculative_run(tmp_path, {"engine_log": {"accept_length": None}}))["cells"]["1k"]
+    assert row["accept_length"] is None and "in /metrics or its log" in row["reason"], row
