@@ -26,6 +26,14 @@ def test_a_command_runs_in_the_c_locale_from_the_hosts_path(module, monkeypatch)
     assert (rc, out.strip()) == (0, "C")  # an absolute path runs as given
 
 
+def test_a_commands_words_reach_it_untouched(module, monkeypatch):
+    """A unit's `$PATH`, `${HOME}`, `~` and `%%` are systemd's to read, never the module's to expand."""
+    monkeypatch.setenv("HOME", "/root-of-the-module")
+    words = ["PATH=/usr/local/cuda/bin:$PATH", "${HOME}/x", "~", "100%%"]
+    rc, out, _ = host_run(module, [sys.executable, "-c", "import sys; print(chr(10).join(sys.argv[1:]))", *words])
+    assert rc == 0 and out.splitlines() == words, out
+
+
 def test_a_missing_binary_fails_the_task_naming_it(module, capsys):
     with pytest.raises(SystemExit):
         host_run(module, ["no-such-systemctl-here", "show"])
