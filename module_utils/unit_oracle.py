@@ -63,6 +63,19 @@ def exec_argvs(busctl_data):
     return [{"path": item[0], "argv": list(item[1]), "ignore_failure": bool(item[2])} for item in busctl_data or []]
 
 
+# Dependency properties systemctl show prints as space-separated sets, in an order that changes between two
+# daemon-reloads of the same unit ("system.slice docker.service sysinit.target" then "sysinit.target ..."):
+# compared as sets, never as strings.
+SET_VALUED = re.compile(
+    r"^(Requires|Requisite|Wants|BindsTo|PartOf|Upholds|OnFailure|OnSuccess|PropagatesReloadTo|ReloadPropagatedFrom|"
+    r"PropagatesStopTo|StopPropagatedFrom|JoinsNamespaceOf|RequiresMountsFor|WantsMountsFor)$")
+
+
+def _setting(key, value):
+    """A setting as systemd means it: a set-valued property as its sorted words, any other as printed."""
+    return sorted((value or "").split()) if SET_VALUED.match(key) else value
+
+
 def reading(exec_lines, environment, environment_files, settings, effective_env=None, effective_argv=None):
     """One unit as systemd reads it. effective_env values are digests except allow-listed ones."""
     return {"exec": {k: exec_argvs(v) for k, v in exec_lines.items()},
@@ -123,7 +136,7 @@ def differences(original, candidate, shown=lambda argv: argv):
                         "after": after})
     sa, sb = original["settings"], candidate["settings"]
     for key in sorted(set(sa) | set(sb)):
-        if sa.get(key) != sb.get(key):
+        if _setting(key, sa.get(key)) != _setting(key, sb.get(key)):
             out.append({"what": f"setting {key}", "before": sa.get(key), "after": sb.get(key)})
     return out
 

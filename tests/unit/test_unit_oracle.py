@@ -37,6 +37,16 @@ def test_the_same_unit_read_twice_differs_in_nothing_and_proves_no_change():
     assert not proof["ok"] and not proof["seen"] and proof["unexplained"] == []
 
 
+def test_set_valued_dependencies_printed_in_another_order_are_no_difference():
+    """systemd 252 prints Requires= and Wants= in an order that changes across daemon-reloads (issue 49)."""
+    first = parse_show("User=root\nRequires=system.slice docker.service sysinit.target\nWants=network-online.target\n")
+    again = parse_show("User=root\nRequires=sysinit.target system.slice docker.service\nWants=network-online.target\n")
+    assert differences(unit(settings=first), unit(settings=again)) == []
+    fewer = parse_show("User=root\nRequires=sysinit.target system.slice\nWants=network-online.target\n")
+    (diff,) = differences(unit(settings=first), unit(settings=fewer))
+    assert diff["what"] == "setting Requires", diff  # a dependency really gone still counts
+
+
 def test_identity_and_runtime_state_are_not_differences():
     other = parse_show("User=root\nLimitNOFILE=1048576\nTimeoutStopUSec=30s\nMainPID=0\nId=sglang-candidate.service\n"
                        "Description=Candidate\nExecMainStartTimestamp=n/a\n")
