@@ -27,7 +27,11 @@ class StartWatch:
         where = f" (phase {self.phase})" if self.phase else ""
         # auto-restart: the engine exited and systemd waits to start it again (Restart=on-failure/always)
         if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
-            cause = read_log(self.engine, "\n".join(self.lines))["cause"] if self.lines else None
+            self.lines = (self.lines + (self.new_lines() or []))[-2000:]  # its last lines, logged as it died
+            read = read_log(self.engine, "\n".join(self.lines)) if self.lines else {}
+            cause = read.get("cause")
+            self.phase = read.get("crash_phase") or phase_of(self.engine, self.lines) or self.phase
+            where = f" (phase {self.phase})" if self.phase else ""
             return (f"{self.unit} is {state.get('ActiveState')}/{state.get('SubState')}{where}"
                     + (f"; cause: {cause}" if cause else ""))
         if self.crash:

@@ -6,6 +6,7 @@ each redraw, the phase and the crash."""
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,11 @@ def progress():
     lab("sh", "-c", f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
     # the script may exit before systemctl's start job returns (a failed start): the journal is the test's
     lab("sh", "-c", f"systemctl daemon-reload; systemctl reset-failed {UNIT}; systemctl start {UNIT}", check=False)
+    # the premise: journald has the crash line (it reads the unit's pipe on its own time; a condition, not a sleep)
+    deadline = time.monotonic() + 60
+    while "CUDA error" not in lab("journalctl", "-o", "cat", "--no-pager", "-u", UNIT).stdout \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
     results = Path(tempfile.mkdtemp(prefix="journal-progress-")) / "results.json"
     try:
         run = run_playbook("../tests/integration/playbooks/journal_progress.yml", {"results_file": str(results)},
