@@ -10,6 +10,8 @@ ReadingError naming what failed; nothing here re-implements systemd's rules.
 
 import json
 
+from .env_files import redact_line
+
 PROBE = ("import json, os, sys\n"
          "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
 # Set per invocation by systemd (or by the probe's interpreter): never something a unit asks for.
@@ -48,8 +50,9 @@ def probe(run, python, environment, environment_files, argv):
         command += ["-p", f"EnvironmentFile={'-' if ignore else ''}{path}"]
     command += [python, "-c", PROBE, *argv]
     rc, out, err = run(command)
-    if rc != 0:
-        raise ReadingError(f"the environment probe (systemd-run) failed: {err.strip()[-400:]}")
+    if rc != 0:  # with --wait, systemd-run's exit code is the probe service's: say it, and what it said
+        said = redact_line(err.strip()[-400:], ()) if err.strip() else "nothing on stderr"
+        raise ReadingError(f"the environment probe (systemd-run) failed with exit code {rc}: {said}")
     seen = json.loads(out.strip().splitlines()[-1])
     return {k: v for k, v in seen["env"].items() if k not in PER_RUN}, seen["argv"]
 

@@ -119,3 +119,18 @@ def test_no_recipe_is_made_from_a_unit_whose_words_systemd_reads_otherwise():
         recipe = adopt(shape)
         assert recipe_adopt.managed_recipe(shape["unit"], recipe, recipe.pop("sections"))[0] is None, shape["id"]
     assert len(refused) == 6
+
+
+def test_a_failed_environment_probe_names_its_exit_code_and_what_it_said_secrets_redacted():
+    from serving_rollout.module_utils.systemd_reading import ReadingError, probe
+
+    def failing(stderr):
+        return lambda argv: (1, "", stderr)
+
+    with pytest.raises(ReadingError, match=r"failed with exit code 1: nothing on stderr$"):
+        probe(failing(""), "/usr/bin/python3", [], [], [])
+    with pytest.raises(ReadingError) as raised:
+        probe(failing("Failed to load environment files: HF_TOKEN=hf_abc123 rejected\n"), "/usr/bin/python3",
+              [], [["/etc/x.env", False]], [])
+    assert "exit code 1: Failed to load environment files" in str(raised.value)
+    assert "hf_abc123" not in str(raised.value), raised.value
