@@ -263,12 +263,29 @@ def _shown_env(name, value):
     return None if value is None else shown_value(name, value)  # None: not set at all
 
 
+# systemd's load warning for a key it does not know (systemd 252: "Unknown key 'StartLimitIntervalSec' in
+# section [Service], ignoring."): systemd runs the unit without it, so it changes nothing the engine runs -
+# unless its name is one of the words that decide what the engine runs and with what (a misspelt
+# "Enviroment=" is the engine's environment lost).
+_UNKNOWN_KEY_RE = re.compile(r"Unknown (?:key name|key|lvalue) '([^']+)'")
+_ENGINE_KEY_WORDS_RE = re.compile(r"(?i)^(?:exec|envi|workingdir|user|group|root|unset|pass|umask|limit|supplementary|"
+                                  r"dynamicuser|nice|cpuaffinity|numa)")
+
+
+def load_warning_blocks(line):
+    """Whether one of systemd's load warnings touches what the engine runs (a finding that blocks a candidate);
+    an unknown key that names none of those is shown as a warning only."""
+    unknown = _UNKNOWN_KEY_RE.search(line)
+    return not unknown or bool(_ENGINE_KEY_WORDS_RE.search(unknown.group(1)))
+
+
 def adoption_findings(file_reading, systemd, shown=lambda argv: argv):
     """Every place where what the unit file appears to say (the project's parser: file_reading =
     {argv, env_files, env, expanded_argv}) differs from what systemd loaded and would run (systemd =
     systemd_reading.unit_reading). [{what, file, systemd, why}] with argv through `shown` and
-    variables through the allow-list (unit_recipe.shown); systemd's own load warnings first."""
-    out = [{"what": "systemd's load warning", "file": None, "systemd": line,
+    variables through the allow-list (unit_recipe.shown); systemd's own load warnings first, each with
+    `blocks` (load_warning_blocks: an unknown key unrelated to the engine is only shown)."""
+    out = [{"what": "systemd's load warning", "file": None, "systemd": line, "blocks": load_warning_blocks(line),
             "why": "systemd ignored part of the unit file"} for line in systemd.get("warnings") or []]
     starts = systemd["exec_start"]
     if len(starts) != 1:

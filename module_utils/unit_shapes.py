@@ -372,7 +372,8 @@ def candidate_refusal(unit_name, recipe, change, accept_systemd_reading=False):
     """Why no candidate may be rendered from this adopted unit for `change`, or None: the file
     reads otherwise than systemd loads it (until the operator accepts systemd's reading), or an
     env control that cannot reach the engine through the unit's command."""
-    findings = recipe["systemd"]["findings"]
+    # a finding blocks unless it says otherwise (an unknown key systemd ignores that names nothing the engine runs)
+    findings = [f for f in recipe["systemd"]["findings"] if f.get("blocks", True)]
     if findings and not accept_systemd_reading:
         return (f"systemd does not read {unit_name} as its file appears to say ({len(findings)} finding(s): "
                 f"{'; '.join(finding_line(f) for f in findings)}); fix the unit, or accept systemd's reading "

@@ -123,3 +123,14 @@ def test_the_candidates_container_name_in_every_exec_line_is_its_identity():
     other["exec"]["ExecStop"][0]["argv"] = ["/usr/bin/podman", "stop", "-t", "5", "sglang-ctr-candidate"]
     proof = one_control_proof(differences(container_unit("sglang-ctr", 1), other), P2P, container="sglang-ctr")
     assert not proof["ok"] and [d["what"] for d in proof["unexplained"]] == ["ExecStop[0] argv"]
+
+
+def test_an_unknown_key_systemd_ignores_blocks_only_when_it_names_what_the_engine_runs():
+    """systemd 252's own words (systemd-analyze verify on the lab host): an unrelated key is a warning shown;
+    a misspelt Environment= (the engine's environment lost) and any other ignored line still block."""
+    from serving_rollout.module_utils.unit_oracle import load_warning_blocks
+
+    assert not load_warning_blocks("/tmp/uk-test.service:4: Unknown key 'StartLimitIntervalSec' in section "
+                                   "[Service], ignoring.")
+    assert load_warning_blocks("/tmp/uk-test.service:5: Unknown key 'Enviroment' in section [Service], ignoring.")
+    assert load_warning_blocks("/etc/systemd/system/shape-trail.service:4: Missing '=', ignoring line.")
