@@ -31,6 +31,11 @@ ENGINE_SCRIPTS = {"launch_server.py": "sglang", "api_server.py": "vllm", "engine
 ENGINE_PROGRAMS = {"vllm": "vllm", "sglang": "sglang"}
 # Images whose entrypoint is the engine (a command of flags only): by repository name.
 ENGINE_IMAGES = (("vllm", "vllm"), ("sglang", "sglang"))
+# Engines whose official image's entrypoint takes the model as its first word: vllm/vllm-openai's is
+# `vllm serve` (`docker run ... vllm/vllm-openai@sha256:... Qwen/Qwen3-8B --tensor-parallel-size 2`).
+MODEL_FIRST_ENTRYPOINTS = ("vllm",)
+# Words that start a program rather than name a model, after an image.
+PROGRAM_WORDS = ("sh", "bash", "env", "python", "python3", "vllm", "sglang")
 
 
 def _program(word):
@@ -105,6 +110,13 @@ def image_engine(image):
     return next((engine for word, engine in ENGINE_IMAGES if word in name), None)
 
 
+def model_first(image, word):
+    """Whether `word`, the first after `image`, is the model its engine entrypoint takes (not a program)."""
+    program = _program(word)
+    return image_engine(image) in MODEL_FIRST_ENTRYPOINTS and not PYTHON_RE.search(word) and \
+        program not in PROGRAM_WORDS and not program.startswith(tuple(w + "." for w in PROGRAM_WORDS))
+
+
 def classify(argv, image=None):
     """What `argv` (ExecStart as systemd split and expanded it; for a container, the command after
     the image, with `image` given) starts.
@@ -114,7 +126,7 @@ def classify(argv, image=None):
     an `env` prefix sets, env_cleared: bool}."""
     command, sets, cleared = strip_env(argv)
     out = {"env": sets, "env_cleared": cleared, "what": " ".join(command[:3]), "engine": None}
-    if image is not None and (not command or command[0].startswith("-")):
+    if image is not None and (not command or command[0].startswith("-") or model_first(image, command[0])):
         engine = image_engine(image)
         if engine:
             return {**out, "kind": "engine", "engine": engine, "what": f"the entrypoint of {image}"}

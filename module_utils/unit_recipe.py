@@ -12,7 +12,7 @@ import re
 import shlex
 
 from .controls import public_flags
-from .unit_launchers import classify
+from .unit_launchers import classify, model_first
 
 # What makes a name secret; journal_scan builds its log-line pattern from the same words.
 SECRET_WORDS = r"token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential"
@@ -342,6 +342,8 @@ def parse_recipe(sections, env_files=None):
     if recipe["model"] is None and len(positional) > 2 and positional[0].rsplit("/", 1)[-1] == "vllm" \
             and positional[1] == "serve":
         recipe["model"] = positional[2]
+    if recipe["model"] is None and image and positional and model_first(image, positional[0]):
+        recipe["model"] = positional[0]  # the image's entrypoint (`vllm serve`) takes it as its first word
     return recipe
 
 

@@ -154,3 +154,30 @@ def test_unit_lines_are_redacted_wherever_the_secret_sits():
     assert ur.redact_unit_line("ExecStart=/bin/serve --api-key ${SGLANG_API_KEY}") == \
         "ExecStart=/bin/serve --api-key ${SGLANG_API_KEY}"
     assert ur.redact_unit_line("[Service]") == "[Service]"
+
+
+OFFICIAL_IMAGE = ("[Service]\nExecStart=/usr/bin/docker run --rm --name vllm --gpus all --ipc host {image} "
+                  "Qwen/Qwen3-8B --tensor-parallel-size 2\n")
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai@sha256:" + "ab" * 32, "vllm/vllm-openai:latest"])
+def test_the_official_vllm_image_takes_the_model_as_its_entrypoints_first_word(image):
+    """vllm/vllm-openai's entrypoint is `vllm serve`: the word after the image is the model, never a launcher
+    (issue 49); whether the image is pinned is then the module's own check."""
+    recipe = ur.parse_recipe(ur.parse_unit_text(OFFICIAL_IMAGE.format(image=image)), {})
+    assert (recipe["engine"], recipe["model"], recipe["tp_size"]) == ("vllm", "Qwen/Qwen3-8B", "2"), recipe
+    assert recipe["image_digest"] == (image.split("@")[1] if "@" in image else None)
+    launched = ur.launched_by(recipe["runtime"], recipe["argv"], recipe["image"], recipe["engine_command"])
+    assert (launched["kind"], launched["engine"]) == ("engine", "vllm"), launched
+    # a program after the same image is still a command of its own, not a model
+    program = ur.launched_by("docker", [], image, ["bash", "-c", "vllm serve Qwen/Qwen3-8B"])
+    assert program["kind"] == "launcher", program
+
+
+def test_the_official_vllm_image_unit_is_adopted_not_refused_as_a_launcher():
+    from serving_rollout.module_utils import unit_shapes
+
+    text = OFFICIAL_IMAGE.format(image="vllm/vllm-openai@sha256:" + "cd" * 32)
+    recipe = unit_shapes.adopt("vllm.service", "/etc/systemd/system/vllm.service",
+                               lambda path: text if path.endswith("vllm.service") else None)
+    assert (recipe["engine"], recipe["model"], recipe["runtime"]) == ("vllm", "Qwen/Qwen3-8B", "docker"), recipe
