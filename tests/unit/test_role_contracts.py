@@ -133,3 +133,15 @@ def test_every_argument_spec_default_is_the_roles_default():
                 elif option["default"] != defaults[name]:
                     drift.append(f"{role}:{entry}:{name}: {option['default']!r} != {defaults[name]!r}")
     assert drift == [] and undocumented == [], {"differ from defaults/main.yml": drift, "no default:": undocumented}
+
+
+def test_the_lab_double_gets_the_engine_adapters_and_everything_they_import():
+    """roles/lab_serving_host copies these files beside the double: engine_adapters.py's own imports, no more."""
+    defaults = yaml.safe_load((REPO / "roles" / "lab_serving_host" / "defaults" / "main.yml").read_text())
+    needed, todo = {"__init__.py"}, ["engine_adapters.py"]
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        text = (REPO / "module_utils" / name).read_text()
+        todo += [f"{m}.py" for m in re.findall(r"^from \.(\w+) import", text, re.MULTILINE) if f"{m}.py" not in needed]
+    assert set(defaults["lab_serving_host_adapter_modules"]) == needed, needed
