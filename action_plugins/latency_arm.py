@@ -117,7 +117,7 @@ class ActionModule(ActionBase):
         """A speculative candidate whose /metrics gave no accept length (SGLang without --enable-metrics): the
         engine's own log line for it (vLLM's SpecDecoding metrics, SGLang's decode lines), read once after the
         cell, kept as engine_log with its source beside the engine's /metrics figures."""
-        if engine_metrics.figures(cell["engine_metrics"])["accept_length"] if cell.get("engine_metrics") else False:
+        if cell.get("engine_metrics") and engine_metrics.figures(cell["engine_metrics"])["accept_length"]:
             return cell
         scan = self._execute_module(module_name="journal_scan", task_vars=task_vars, module_args={
             "unit": args["candidate_unit"], "engine": args["engine"], "env_files": args.get("env_files") or [],

@@ -118,7 +118,7 @@ from ansible.module_utils.engine_adapters import arg_effect, collectives, read_l
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.host_commands import host_run
-from ansible.module_utils.log_lines import journal_entries
+from ansible.module_utils.log_lines import JOURNAL_JSON, journal_entries
 from ansible.module_utils.nccl_facts import p2p_in_effect, parse_log
 from ansible.module_utils.unit_recipe import REDACTED, is_public_flag, is_public_name
 
@@ -214,10 +214,9 @@ def main():
         empty = judge(p["engine"], [])
         module.exit_json(changed=False, scan=dict(empty, invocation_id=None, excerpt=[],
                                                   reason=f"{p['unit']} has no invocation"))
-    # JSON with --all: the messages as journald stores them (a progress bar's carriage returns and colours
-    # would print as "[N blob data]" otherwise), cut and cleaned by the one line reader
-    rc, out, err = host_run(module, ["journalctl", "--no-pager", "-o", "json", "--all",
-                                     f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    # the messages as journald stores them (a progress bar's carriage returns and colours would print as
+    # "[N blob data]" otherwise), cut and cleaned by the one line reader
+    rc, out, err = host_run(module, ["journalctl", "--no-pager", *JOURNAL_JSON, f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"journalctl failed for invocation {invocation}: {err.strip()}", rc=rc, stderr=err)
     secrets = secret_values(p["env_files"])

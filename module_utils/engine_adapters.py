@@ -410,11 +410,6 @@ def crash_cause(lines, crash=None, crash_pattern=None):
     return {"cause": text, "frame": _raise_frame(lines, index)}
 
 
-def cause_line(lines, crash=None, crash_pattern=None):
-    """The line an operator should see for a crash (crash_cause's cause)."""
-    return crash_cause(lines, crash, crash_pattern)["cause"]
-
-
 def custom_all_reduce_state(engine, text):
     """{state: enabled | disabled | unknown, evidence: the line that says so, requested_off: bool}.
     Enabled is proven only by the engine using it (registering its CUDA-graph buffers); the
@@ -484,17 +479,17 @@ def _signature(rules, line):
     return None
 
 
-def _judge_line(read, found, known, hit, line, survived):
-    """File one line that holds a signature. A fatal signature is a crash unless the engine's own words
-    call the line a warning or the engine went on to serve after it (survived); a warning is noise when
-    the baseline had it, else an error of this invocation."""
+def _judge_line(read, found, known, hit, line, index, survived):
+    """File line `index`, which holds a signature. A fatal signature is a crash unless the engine's own
+    words call the line a warning or the engine went on to serve after it (survived); a warning is noise
+    when the baseline had it, else an error of this invocation."""
     rank, name, pattern, kind = hit
     key = signature_key(name, line)
     if key not in read["signatures"]:
         read["signatures"].append(key)
     if kind == "fatal" and not (survived or _ENGINE_WARNING_RE.search(line)):
         read["errors"].append(line)
-        found.setdefault(name, (rank, pattern, len(read["lines_before"])))
+        found.setdefault(name, (rank, pattern, index))
     elif key in known:
         read["noise"].append(line)
     else:
@@ -529,19 +524,19 @@ def read_log(engine, text, known=(), stop_requested=False):
     lines = text.splitlines()
     ready = [index for index, line in enumerate(lines) if _any(rules["ready_lines"], line)]
     served_at = ready[-1] if ready else -1
-    read = {"errors": [], "warnings": [], "noise": [], "stuck": [], "signatures": [], "lines_before": []}
-    found = {}
+    read = {"errors": [], "warnings": [], "noise": [], "stuck": [], "signatures": []}
+    found, known = {}, set(known or ())
     stopping = bool(stop_requested)
     for index, line in enumerate(lines):
         stopping = stopping or _any(rules["stop_lines"], line)
         if _any([p for _, p in rules["noise"]], line) or (stopping and _any(rules["stop_noise"], line)):
             read["noise"].append(line)  # a healthy engine's warning; vLLM's EngineDeadError of a clean stop
-        elif (hit := _signature(rules, line)) is not None:
-            read["lines_before"] = lines[:index]
-            _judge_line(read, found, set(known or ()), hit, line, index < served_at)
+            continue
         if _any(rules["stuck_lines"], line):
             read["stuck"].append(line)
-    del read["lines_before"]
+        hit = _signature(rules, line)
+        if hit is not None:
+            _judge_line(read, found, known, hit, line, index, index < served_at)
     return {
         "engine": rules["name"],
         "ready_logged": bool(ready),

@@ -53,6 +53,12 @@ def clean(text):
     return "\n".join(lines(text))
 
 
+# How journal_entries wants journalctl to print: JSON, every field in full (--all: no "[N blob data]"), only
+# MESSAGE besides the cursor and timestamps journalctl always adds (systemd >= 236), so a poll carries the
+# engine's words and not thirty fields of metadata per line.
+JOURNAL_JSON = ("-o", "json", "--all", "--output-fields=MESSAGE")
+
+
 def _field(value):
     """A journal field as `journalctl -o json` prints it: text, or its bytes as a list of numbers where
     journald holds unprintable or non-UTF-8 bytes (a carriage return, a colour), or null."""

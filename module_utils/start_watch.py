@@ -6,7 +6,7 @@ import re
 
 from .engine_adapters import adapter, phase_of, read_log
 from .env_files import redact_line
-from .log_lines import journal_entries
+from .log_lines import JOURNAL_JSON, journal_entries
 
 
 class StartWatch:
@@ -45,8 +45,8 @@ class StartWatch:
             self.invocation = out.strip()
         if not self.invocation:
             return None
-        # JSON with --all: messages as journald stores them (a progress bar is never "[N blob data]")
-        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={self.invocation}", "-o", "json", "--all", "--no-pager"]
+        # messages as journald stores them (a progress bar is never "[N blob data]")
+        argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={self.invocation}", *JOURNAL_JSON, "--no-pager"]
         argv += [f"--after-cursor={self.cursor}"] if self.cursor else []
         _, out, _ = self.run(argv)
         entries = journal_entries(out)
