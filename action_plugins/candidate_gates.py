@@ -2,7 +2,9 @@
 module (engine_gate, where the API key stays), in order: every gate of `gates` not named in `not_qualified`,
 then, with a `router_url`, the smoke and JSON gates through the router. Every gate runs even after one fails,
 so the evidence shows them all; the action then fails naming the first that failed. Gates that cannot be
-meaningful on the host's model are records with verdict not-qualified (never run, never passed).
+meaningful on the host's model are records with verdict not-qualified (never run, never passed). With
+`numerics` (the original's reference answers and the control's tolerance), once every gate passed, the same
+greedy prompts are asked of the candidate (numerics_probe) and a result beyond the tolerance fails it.
 Documentation: library/candidate_gates.py."""
 
 from ansible.errors import AnsibleActionFail
@@ -13,16 +15,18 @@ from serving_rollout.module_utils.gates import failed_gate_message, not_qualifie
 
 # The gates that also go through the router: what a client behind it meets first.
 ROUTED = ("smoke", "json")
+# What the numerics probe takes from `numerics` (the rest of its arguments are the gates' own).
+NUMERICS_KEYS = ("prompts", "tokens", "reference", "tolerance", "timeout_s")
 
 
 class ActionModule(StepsAction):
     REQUIRED = ("base_url", "gates", "model", "timeout_s")
     OPTIONAL = ("connection", "not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth",
-                "contract_words", "candidate_unit", "candidate_identity")
+                "contract_words", "candidate_unit", "candidate_identity", "numerics", "numerics_label")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def initial(self):
-        return {"changed": False, "records": []}
+        return {"changed": False, "records": [], "numerics": None}
 
     def steps(self, args, steps, done):
         not_qualified = args.get("not_qualified") or {}
@@ -45,6 +49,20 @@ class ActionModule(StepsAction):
         failed = [record for record in done["records"] if record["verdict"] not in ("pass", "not-qualified")]
         if failed:
             raise AnsibleActionFail(self.crashed(args, steps) or failed_gate_message(failed[0]))
+        if args.get("numerics"):
+            self.numerics(args, steps, done, common)
+
+    @staticmethod
+    def numerics(args, steps, done, common):
+        """Silent corruption passes every gate and every latency cell: the original's greedy prompts, judged by
+        the control's numerics tolerance (module_utils/equivalence.py)."""
+        probe = args["numerics"]
+        record = steps.module("probe the candidate's numbers against the original's", "numerics_probe",
+                              base_url=args["base_url"], phase="candidate",
+                              **{**common, **{key: probe[key] for key in probe if key in NUMERICS_KEYS}})["record"]
+        done["numerics"] = record
+        if record["verdict"] not in ("pass", "recorded"):
+            raise AnsibleActionFail(f"numerics ({args.get('numerics_label') or 'candidate'}): {record['reason']}")
 
     @staticmethod
     def crashed(args, steps):

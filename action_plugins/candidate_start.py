@@ -8,8 +8,12 @@ module, in order; the first that fails ends it with its step and message.
 4. the ready engine's identity is read (MainPID, InvocationID, NRestarts): a new one later is a crash of the
    run (latency_arm compares them), never a slower arm;
 5. with the original's container reading, the candidate's container is proven to differ from it in the one
-   control, as the runtime runs both (container_reading).
+   control, as the runtime runs both (container_reading);
+6. with read_version (an engine upgrade), the ready engine's own version report (engine_gate version);
+7. with next_phase, that phase recorded (rollout_phase) and returned as the task's progress fact.
 Documentation: library/candidate_start.py."""
+
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from serving_rollout.host_steps import StepsAction
 
@@ -19,14 +23,16 @@ IDENTITY = ("MainPID", "InvocationID", "NRestarts")
 class ActionModule(StepsAction):
     REQUIRED = ("candidate_unit", "base_url", "ready_timeout_s", "engine", "boot_stall_s", "lock_path", "lock_token",
                 "lease_s")
-    OPTIONAL = ("connection", "env_files", "runtime", "container", "original_container", "change")
+    OPTIONAL = ("connection", "env_files", "runtime", "container", "original_container", "change", "api_key_var",
+                "read_version", "gate_timeout_s", "next_phase", "unit", "state_dir", "run_id")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def required(self, args):
-        return self.REQUIRED + (("runtime", "container", "change") if args.get("original_container") else ())
+        return (self.REQUIRED + (("runtime", "container", "change") if args.get("original_container") else ())
+                + (("unit", "state_dir", "run_id") if args.get("next_phase") else ()))
 
     def initial(self):
-        return {"changed": False, "identity": {}, "container_compared": False}
+        return {"changed": False, "identity": {}, "container_compared": False, "version": None}
 
     def steps(self, args, steps, done):
         unit = args["candidate_unit"]
@@ -45,3 +51,11 @@ class ActionModule(StepsAction):
                          "container_reading", runtime=args["runtime"], name=f"{args['container']}-candidate",
                          key=args["lock_token"], compare_with=args["original_container"], change=args["change"])
             done["container_compared"] = True
+        if boolean(args.get("read_version", False), strict=False):
+            done["version"] = steps.module(
+                "read the candidate engine's version report", "engine_gate", base_url=args["base_url"],
+                gate="version", **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}),
+                env_files=args.get("env_files") or [], timeout_s=args.get("gate_timeout_s") or 60,
+                phase="candidate")["record"]
+        if args.get("next_phase"):
+            steps.phase(args, args["next_phase"])

@@ -4,6 +4,7 @@ run is marked so. Every write is under the evidence folder's lock (serving_rollo
 work). Documentation: library/fleet_record.py."""
 
 from ansible.errors import AnsibleActionFail
+from ansible.utils.display import Display
 
 from serving_rollout import fleet
 from serving_rollout.actions import SpecAction
@@ -18,6 +19,8 @@ ARGUMENT_SPEC = {
     "outcome": {"type": "dict", "default": {}},
     "why": {"type": "str", "default": ""},
 }
+
+display = Display()
 
 OPS = {
     "begin": lambda p: {"begin": fleet.begin(p["evidence_dir"], p["run_id"], p["hosts"], p["batch"])},
@@ -34,6 +37,16 @@ class ActionModule(SpecAction):
             return {"changed": False, "begin": {"stop": False}, "msg": "check mode: no fleet record written"}
         try:
             with fleet.locked(p["evidence_dir"]):
-                return {"changed": False, **OPS[p["op"]](p)}  # controller records only
+                result = {"changed": False, **OPS[p["op"]](p)}  # controller records only
         except OSError as exc:  # a read-only or full evidence disk: the folder and the error, no traceback
-            raise AnsibleActionFail(f"evidence folder {p['evidence_dir']} is not writable: {exc.strerror}") from None
+            msg = f"evidence folder {p['evidence_dir']} is not writable: {exc.strerror}"
+            if p["op"] != "record":
+                raise AnsibleActionFail(msg) from None
+            # a host's outcome is never masked by its record: said, and the play goes on
+            display.warning(f"FLEET RECORD NOT WRITTEN: {msg}")
+            return {"changed": False, "record": None, "msg": msg}
+        begun = result.get("begin") or {}
+        if begun.get("stop"):
+            display.display(f"NOT STARTED: {begun['stopped_by']} ended '{begun['outcome']}'; "
+                            f"{', '.join(p['batch'])} not touched")
+        return result

@@ -6,7 +6,8 @@ what was read until then is returned all the same (the evidence names ended proc
    the runtime's defaults), read before the container goes, compared after the candidate's starts;
 2. for an engine upgrade, the engine's own version report (engine_gate version, phase baseline);
 3. the stop within the tool's deadline (engine_stop: SIGKILL of its processes if it ignores SIGTERM);
-4. the wait until no worker holds the GPUs (gpu_free), ending only the stopped engine's own stragglers.
+4. the wait until no worker holds the GPUs (gpu_free), ending only the stopped engine's own stragglers;
+5. with C(next_phase), that phase recorded (rollout_phase) and returned as the task's progress fact.
 Documentation: library/original_stop.py."""
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -17,7 +18,7 @@ from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 class ActionModule(StepsAction):
     REQUIRED = ("unit", "candidate_unit", "stop_timeout_s", "gpu_free_timeout_s", "engine", "straggler_grace_s")
     OPTIONAL = ("connection", "runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
-                "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern")
+                "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern", "next_phase", "state_dir", "run_id")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     @staticmethod
@@ -26,6 +27,7 @@ class ActionModule(StepsAction):
 
     def required(self, args):
         return (self.REQUIRED + (("key",) if self.container(args) else ())
+                + (("state_dir", "run_id") if args.get("next_phase") else ())
                 + (("base_url",) if boolean(args.get("read_version", False), strict=False) else ()))
 
     def initial(self):
@@ -48,3 +50,5 @@ class ActionModule(StepsAction):
                             deadline_s=args["stop_timeout_s"])
         done["stop"] = {k: stop.get(k) for k in ("stopped", "escalated", "how")}
         steps.free_gpus(args, [unit, args["candidate_unit"]])
+        if args.get("next_phase"):
+            steps.phase(args, args["next_phase"])

@@ -6,9 +6,12 @@ calls it and turns its refusals into a failed task that names them. Documentatio
 import os
 
 from ansible.errors import AnsibleActionFail
+from ansible.utils.display import Display
 
 from serving_rollout import evidence
 from serving_rollout.actions import SpecAction
+
+display = Display()
 
 ARGUMENT_SPEC = {
     "op": {"type": "str", "required": True, "choices": ["check_dir", "predict", "finalize", "trust"]},
@@ -16,6 +19,7 @@ ARGUMENT_SPEC = {
     "min_free_mib": {"type": "float", "default": 0},
     "min_effect": {"type": "float", "default": 0.02},
     "decode_ms_per_token": {"type": "float", "default": 0},
+    "refuse_flagged": {"type": "bool", "default": False},
 }
 
 
@@ -27,8 +31,17 @@ def check_dir(p):
 
 
 def predict(p):
-    return {"changed": False,
-            "prediction": evidence.predict_flag(p["path"], p["min_effect"], p["decode_ms_per_token"] or None)}
+    """The prediction, said on the console (flagged when below the minimum effect); refused when flagged and
+    refuse_flagged (the A/B would spend GPU time on an effect it cannot call)."""
+    prediction = evidence.predict_flag(p["path"], p["min_effect"], p["decode_ms_per_token"] or None)
+    if prediction["flag"] and p["refuse_flagged"]:
+        raise AnsibleActionFail(f"{prediction['reason']} (evidence {prediction.get('evidence')}); the A/B would spend "
+                                "GPU time on an effect it cannot call. Set rollout_refuse_below_predicted_effect=false "
+                                "to run it anyway")
+    display.display(f"FLAGGED: {prediction['reason']}" if prediction["flag"] else (
+        f"predicted decode gain {prediction['predicted_effect'] * 100:.1f}%" if prediction["known"]
+        else f"no prediction: {prediction['reason']}"))
+    return {"changed": False, "prediction": prediction}
 
 
 def finalize(p):

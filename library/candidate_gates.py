@@ -37,6 +37,14 @@ options:
   candidate_unit: {description: "The candidate's unit, read when a gate fails (empty - not read).", type: str, default: ""}
   candidate_identity: {description: "The candidate's MainPID, InvocationID, NRestarts at ready.", type: dict, default: {}}
 extends_documentation_fragment: [engine_connection]
+  numerics:
+    description: >-
+      The numerical-equivalence probe once every gate passed - prompts, tokens, reference (the original's answers),
+      tolerance, timeout_s (numerics_probe's options); a result beyond the tolerance fails the action.
+    type: dict
+  numerics_label:
+    description: The candidate's id, named when its numbers fail.
+    type: str
 author: serving-rollout
 """
 
@@ -55,6 +63,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+numerics:
+  description: "The candidate's numerics record (numerics_probe's record), or null without C(numerics)."
+  type: dict
+  returned: always
 records:
   description: >-
     Every gate's record (gate, phase, inputs, observed, expected, verdict, reason, duration), in the order run,

@@ -27,6 +27,13 @@ options:
   lock_path: {description: The host's rollout lock., type: path, required: true}
   lock_token: {description: "This run's lock token (also the container reading's key; never shown).", type: str, required: true}
   lease_s: {description: The lease given once the candidate is ready., type: int, required: true}
+  unit: {description: "The original unit (names the phase record) - with C(next_phase).", type: str}
+  api_key_var: {description: The variable holding the API key in the EnvironmentFiles (the version read)., type: str}
+  read_version: {description: "Read the ready engine's own version report (engine_gate version; an engine upgrade).", type: bool, default: false}
+  gate_timeout_s: {description: The version read's deadline in seconds., type: float, default: 60}
+  next_phase: {description: "The phase recorded once the candidate is ready (rollout_phase), returned as the fact rollout_progress.", type: str}
+  state_dir: {description: "The tool's state folder on the host - with C(next_phase).", type: path}
+  run_id: {description: "This run's id - with C(next_phase).", type: str}
   runtime: {description: "The runtime (docker, podman) - with C(original_container).", type: str}
   container: {description: "The original's container name; the candidate's is this with -candidate.", type: str}
   original_container: {description: The original container's reading (original_stop's container)., type: dict}
@@ -58,6 +65,15 @@ container_compared:
   description: Whether the candidate's container was proven to differ from the original's in the one control.
   type: bool
   returned: always
+version:
+  description: "With read_version - the candidate engine's version record (engine_gate's record), else null."
+  type: dict
+  returned: always
+ansible_facts:
+  description: "With next_phase - rollout_progress (kind phase, the phase, the run id)."
+  type: dict
+  returned: with next_phase
+  sample: {rollout_progress: {kind: phase, phase: candidate-running, run_id: 20261205T120000Z}}
 """
 
 if __name__ == "__main__":

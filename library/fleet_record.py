@@ -43,7 +43,7 @@ begin:
   returned: op=begin
   sample: {stop: false, stopped_by: null, outcome: null}
 record:
-  description: The host's row as recorded (host, outcome, evidence...).
+  description: "The host's row as recorded (host, outcome, evidence...); null when the evidence folder is not writable (said as FLEET RECORD NOT WRITTEN, the play goes on)."
   type: dict
   returned: op=record
 lost:

@@ -35,6 +35,9 @@ options:
   engine_process_pattern: {description: "The pattern of the engine's own processes, the only ones ended (gpu_free).", type: str, default: ""}
   engine: {description: The engine (its adapter reads logs and health)., type: str, required: true}
   straggler_grace_s: {description: SIGTERM's grace before SIGKILL of a straggler., type: float, required: true}
+  next_phase: {description: "The phase recorded once the GPUs are free (rollout_phase), returned as the fact rollout_progress.", type: str}
+  state_dir: {description: "The tool's state folder on the host - with C(next_phase).", type: path}
+  run_id: {description: "This run's id - with C(next_phase).", type: str}
 extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
@@ -57,6 +60,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: "With next_phase - rollout_progress (kind phase, the phase, the run id)."
+  type: dict
+  returned: with next_phase
+  sample: {rollout_progress: {kind: phase, phase: candidate-starting, run_id: 20261205T120000Z}}
 container:
   description: The original container's reading (container_reading's reading), or null.
   type: dict

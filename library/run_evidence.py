@@ -10,7 +10,7 @@ description:
   - C(op=check_dir) - before any change, the evidence folder exists or can be made, takes a file and has
     C(min_free_mib) free; otherwise it fails naming the folder and what is wrong. Writes only a test file it removes.
   - C(op=predict) - whether the decode-size probe's predicted gain (the host's peer-path evidence under C(path))
-    clears C(min_effect); reads only.
+    clears C(min_effect), said on the console; with C(refuse_flagged) a flagged one fails naming its reason; reads only.
   - C(op=finalize) - writes the run folder C(path)'s decision record, result card, plot, manifest and seal and
     adds the run to the evidence index; a folder already finalized is refused (never overwritten). Returns the
     decision and the record the host keeps of it. In check mode it writes nothing and reports changed.
@@ -22,6 +22,7 @@ options:
   min_free_mib: {description: Room the evidence folder needs (check_dir)., type: float, default: 0}
   min_effect: {description: The A/B's minimum effect (predict)., type: float, default: 0.02}
   decode_ms_per_token: {description: The baseline's decode time per token (predict; 0 - from the latest finished run)., type: float, default: 0}
+  refuse_flagged: {description: "Fail when the predicted gain is flagged below C(min_effect) (predict); else it is only said.", type: bool, default: false}
 author: serving-rollout
 """
 

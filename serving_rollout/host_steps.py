@@ -31,6 +31,14 @@ class HostSteps:
         self.done["changed"] = self.done["changed"] or bool(result.get("changed"))
         return result
 
+    def phase(self, args, phase):
+        """Record the rollout's phase on the host and return it as the task's progress fact (the CLI and the
+        interrupted callback read it when the task ends, as they read rollout_phase's)."""
+        recorded = self.module(f"record the phase ({phase})", "rollout_phase", state_dir=args["state_dir"],
+                               unit=args["unit"], candidate_unit=args["candidate_unit"], phase=phase,
+                               run_id=args["run_id"])
+        self.done["ansible_facts"] = recorded.get("ansible_facts") or {}
+
     def free_gpus(self, args, units):
         """Wait until no worker holds the GPUs, ending what of the stopped engines (`units`) stays: orphaned
         workers (reparented out of their unit) hold the GPUs until killed; a foreign process is never touched.

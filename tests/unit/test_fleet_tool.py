@@ -86,6 +86,11 @@ def test_an_unwritable_evidence_folder_is_named_without_a_traceback(tmp_path):
     with pytest.raises(AnsibleActionFail) as refused:
         fleet_action(op="begin", evidence_dir=str(blocked), run_id="R3", hosts=["h1"], batch=["h1"])
     assert str(refused.value) == f"evidence folder {blocked} is not writable: File exists"
+    # a host's outcome is never masked by its record: no failure, no record, the cause said
+    unrecorded = fleet_action(op="record", evidence_dir=str(blocked), run_id="R3", host="h1",
+                              outcome={"failure": None, "entered_candidate_phase": True, "restored": True})
+    assert unrecorded == {"changed": False, "record": None,
+                          "msg": f"evidence folder {blocked} is not writable: File exists"}
 
 
 def test_a_record_links_only_to_an_evidence_folder_that_exists(tmp_path):
