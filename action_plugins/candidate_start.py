@@ -10,9 +10,14 @@ module, in order; the first that fails ends it with its step and message.
 5. with the original's container reading, the candidate's container is proven to differ from it in the one
    control, as the runtime runs both (container_reading);
 6. with read_version (an engine upgrade), the ready engine's own version report (engine_gate version);
-7. with next_phase, that phase recorded (rollout_phase) and returned as the task's progress fact.
+7. with next_phase, that phase recorded (rollout_phase) and returned as the task's progress fact;
+8. with `scan` (journal_scan's options: the baseline's known noise, the change and its proof), the candidate's
+   start-up log judged against the original's: a crash or an error line new against the original fails it
+   ("candidate failed at start: <phase>: <cause>"), and so does a control the engine does not show ("no effect";
+   restored, no A/B spent on it). The scan is returned either way, for the evidence.
 Documentation: library/candidate_start.py."""
 
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from serving_rollout.host_steps import StepsAction
@@ -24,7 +29,7 @@ class ActionModule(StepsAction):
     REQUIRED = ("candidate_unit", "base_url", "ready_timeout_s", "engine", "boot_stall_s", "lock_path", "lock_token",
                 "lease_s")
     OPTIONAL = ("connection", "env_files", "runtime", "container", "original_container", "change", "api_key_var",
-                "read_version", "gate_timeout_s", "next_phase", "unit", "state_dir", "run_id")
+                "read_version", "gate_timeout_s", "next_phase", "unit", "state_dir", "run_id", "scan", "label")
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def required(self, args):
@@ -32,7 +37,7 @@ class ActionModule(StepsAction):
                 + (("unit", "state_dir", "run_id") if args.get("next_phase") else ()))
 
     def initial(self):
-        return {"changed": False, "identity": {}, "container_compared": False, "version": None}
+        return {"changed": False, "identity": {}, "container_compared": False, "version": None, "scan": None}
 
     def steps(self, args, steps, done):
         unit = args["candidate_unit"]
@@ -59,3 +64,22 @@ class ActionModule(StepsAction):
                 phase="candidate")["record"]
         if args.get("next_phase"):
             steps.phase(args, args["next_phase"])
+        if args.get("scan") is not None:
+            self.judge_start(args, steps, done)
+
+    @staticmethod
+    def judge_start(args, steps, done):
+        """Ready is HTTP's (the health route answered); the start-up log is judged against the original's own,
+        and the catalog says what the engine must show (module_utils/controls.py)."""
+        scan = steps.module("read the candidate's start-up log", "journal_scan", unit=args["candidate_unit"],
+                            engine=args["engine"], env_files=args.get("env_files") or [],
+                            version_report=done["version"] or {}, **args["scan"])["scan"]
+        done["scan"] = scan
+        if scan["crashed"] or scan["errors"]:
+            cause = scan["cause"] if scan["crashed"] else "error lines new against the original: " + " | ".join(
+                scan["errors"])
+            raise AnsibleActionFail(f"candidate failed at start: {scan.get('phase') or 'unknown phase'}: {cause}")
+        proof = scan["proof"]
+        if not proof["proven"]:
+            raise AnsibleActionFail(f"no effect: {args.get('label') or 'candidate'} ({proof['kind']}): expected "
+                                    f"{proof['expected']}; the engine showed {proof['saw']}")

@@ -9,13 +9,17 @@ that holder still runs. Both look at /proc on the controller, here, never on the
 - a take-over (steal) of a lock that another rollback holds (`restoring`) and whose process is alive on this
   controller is refused, naming it, before the lock is touched: two rollbacks never act at once, and the living
   one keeps its duty. A live run's lock is still taken over (a rollback stops its measuring at once).
-Other states pass through unchanged. Documentation: library/rollout_lock.py."""
+A stale lock taken over is said on the console (whose run, why). Other states pass through unchanged.
+Documentation: library/rollout_lock.py."""
 
 import os
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from serving_rollout import holder
+
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -46,6 +50,11 @@ class ActionModule(ActionBase):
             result["msg"] = f"{result.get('msg', '')}. Holder: {holder.liveness(result['lock'])}"
         if result.get("previous"):
             result["previous_liveness"] = holder.liveness(result["previous"])
+        if result.get("stale") and not result.get("failed"):  # the caller removes what that run left
+            stale = result["stale"]
+            display.display(f"took over the stale lock of run {stale.get('run_id', '?')} "
+                            f"(by {stale.get('holder', '?')}, since {stale.get('since', '?')}): "
+                            f"{result.get('stale_reason')}; removing its candidate unit")
         return result
 
     def read(self, args, task_vars):

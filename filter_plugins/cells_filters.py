@@ -14,6 +14,22 @@ def median(values):
     return statistics.median(numbers)
 
 
+def arm_cells(measured):
+    """{arm: latency_arm's registered loop result, or None} -> {arm: [cell...]} for the arms that were measured to
+    the end (an arm skipped, failed part-way or never reached is left out, as if never measured)."""
+    if not isinstance(measured, dict):
+        raise AnsibleFilterError(f"arm_cells needs {{arm: registered result}}, got {measured!r}")
+    done = {}
+    for arm, result in measured.items():
+        if not isinstance(result, dict) or result.get("failed") or result.get("skipped") or "results" not in result:
+            continue
+        cells = [item.get("cell") for item in result["results"]]
+        if any(not isinstance(cell, dict) for cell in cells):
+            raise AnsibleFilterError(f"arm_cells: arm {arm!r} has a result without its cell: {result['results']!r}")
+        done[arm] = cells
+    return done
+
+
 def ab_cells(by_arm):
     """{arm: [cell...]} with arms baseline-1, candidate, baseline-2 -> matched cells for ab_verdict."""
     missing = [arm for arm in ("baseline-1", "candidate", "baseline-2") if arm not in (by_arm or {})]
@@ -40,4 +56,4 @@ def ab_cells(by_arm):
 
 class FilterModule:
     def filters(self):
-        return {"median": median, "ab_cells": ab_cells}
+        return {"median": median, "ab_cells": ab_cells, "arm_cells": arm_cells}

@@ -36,7 +36,6 @@ options:
   contract_words: {description: Exact word count of the strict output contract., type: int}
   candidate_unit: {description: "The candidate's unit, read when a gate fails (empty - not read).", type: str, default: ""}
   candidate_identity: {description: "The candidate's MainPID, InvocationID, NRestarts at ready.", type: dict, default: {}}
-extends_documentation_fragment: [engine_connection]
   numerics:
     description: >-
       The numerical-equivalence probe once every gate passed - prompts, tokens, reference (the original's answers),
@@ -45,6 +44,7 @@ extends_documentation_fragment: [engine_connection]
   numerics_label:
     description: The candidate's id, named when its numbers fail.
     type: str
+extends_documentation_fragment: [engine_connection]
 author: serving-rollout
 """
 

@@ -34,6 +34,12 @@ options:
   next_phase: {description: "The phase recorded once the candidate is ready (rollout_phase), returned as the fact rollout_progress.", type: str}
   state_dir: {description: "The tool's state folder on the host - with C(next_phase).", type: path}
   run_id: {description: "This run's id - with C(next_phase).", type: str}
+  scan:
+    description: >-
+      journal_scan's options for the candidate's start-up log (known_noise, extra_error_patterns, change, proof);
+      with it a crash, an error line new against the original or a control the engine does not show fails the action.
+    type: dict
+  label: {description: "The candidate's id, named when its control shows no effect.", type: str}
   runtime: {description: "The runtime (docker, podman) - with C(original_container).", type: str}
   container: {description: "The original's container name; the candidate's is this with -candidate.", type: str}
   original_container: {description: The original container's reading (original_stop's container)., type: dict}
@@ -64,6 +70,10 @@ identity:
 container_compared:
   description: Whether the candidate's container was proven to differ from the original's in the one control.
   type: bool
+  returned: always
+scan:
+  description: "With scan - the candidate's start-up log as journal_scan read it (crash, errors, proof, capacity...), else null."
+  type: dict
   returned: always
 version:
   description: "With read_version - the candidate engine's version record (engine_gate's record), else null."

@@ -14,7 +14,8 @@ description:
     restores the original itself when the lease runs out.
   - Records the phase stopping-original (rollout_phase) and returns it as the fact C(rollout_progress), which
     bin/serving-rollout and the interrupted callback read.
-  - Changes the host - the lease, the watchdog's unit and the phase record.
+  - Changes the host - the lease, the watchdog's unit and the phase record; under check mode each step runs in
+    check mode and changes nothing.
 options:
   watchdog_unit: {description: "The watchdog's transient unit.", type: str, required: true}
   unit: {description: The serving unit the watchdog restores., type: str, required: true}

@@ -417,7 +417,9 @@ def test_ctrl_c_of_ansible_playbook_names_the_hosts_state_and_the_recovery(lab_b
     proc = start_background(rollout_cell_requests=12, rollout_cell_progress_every=2, rollout_evidence_dir=evidence)
     # The host's state file says candidate-running before the controller has the task's result; the
     # interrupt must come once the controller has it, which the next task's banner shows (not a sleep).
-    seen = read_output_past_task(proc, "Record the phase (candidate-running)")
+    # (the candidate's start records candidate-running as its last step)
+    seen = read_output_past_task(proc, "Start the candidate, wait for its health endpoint, keep its identity, and "
+                                       "prove a clean start and the control's effect")
     os.killpg(proc.pid, signal.SIGINT)
     output = re.sub(r"\s+", " ", seen + proc.communicate(timeout=120)[0])
     assert proc.returncode != 0
