@@ -146,7 +146,7 @@ from ansible.module_utils.unit_recipe import (
     check_one_control,
     inline_secrets,
     parse_recipe,
-    parse_unit_text,
+    parse_rendered,
     redact_argv,
     redact_unit_text,
     redacted,
@@ -336,7 +336,7 @@ def render_candidate(module, params, recipe, sections, env_texts, result):
             candidate_sections, copies = apply_change(sections, recipe, params["change"],
                                                       keep_identity=params["promote"]), {}
         rendered = render_sections(candidate_sections)
-        candidate = parse_recipe(parse_unit_text(rendered),
+        candidate = parse_recipe(parse_rendered(rendered),
                                  {**env_texts, **{path: text for path, (_, text) in copies.items()}})
         complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
         difference = check_one_control(recipe, candidate, params["change"])
@@ -359,7 +359,7 @@ def compare(module, params, recipe, env_texts, result):
     it may differ in)."""
     other_text, info = read(module, params["compare_path"], "candidate unit")
     try:
-        other_sections = parse_unit_text(other_text)
+        other_sections = parse_rendered(other_text)  # a unit this tool rendered: %% its only specifier
         other_texts = dict(env_texts)  # plus the candidate's own copies (EnvironmentFile=, --env-file)
         for path in parse_recipe(other_sections)["env_files"]:
             text = other_texts.get(path) or read_optional(path)

@@ -161,7 +161,13 @@ def parse_env_assignments(value):
     return out
 
 
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def parse_env_file(text):
+    """An EnvironmentFile as systemd reads it: NAME=VALUE lines, outer quotes removed. A line whose name is not a
+    variable name is ignored, as systemd ignores it - `export NAME=1` (the file is not a shell script) sets
+    nothing (ignored_env_lines names such lines)."""
     out = {}
     for line in (text or "").splitlines():
         line = line.strip()
@@ -171,7 +177,28 @@ def parse_env_file(text):
         val = val.strip()
         if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
             val = val[1:-1]
-        out[key.strip().removeprefix("export ").strip()] = val
+        if ENV_NAME_RE.match(key.strip()):
+            out[key.strip()] = val
+    return out
+
+
+def ignored_env_lines(text, name):
+    """The lines of an EnvironmentFile that look like they set `name` but that systemd ignores (`export NAME=`)."""
+    return [line.strip() for line in (text or "").splitlines()
+            if "=" in line and not ENV_NAME_RE.match(line.partition("=")[0].strip())
+            and line.partition("=")[0].split()[-1:] == [name]]
+
+
+def parse_runtime_env_file(text):
+    """A docker --env-file as docker reads it: NAME=VALUE lines, the value literal - its quotes reach the
+    container (docker/for-linux#1208); `#` lines are comments, a line without `=` passes the host's variable."""
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.lstrip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, val = line.partition("=")
+        out[key.strip()] = val
     return out
 
 
@@ -311,8 +338,9 @@ def parse_recipe(sections, env_files=None):
     inline_env, flag_env = options["inline_env"], options["flag_env"]
     # docker and podman: --env-file files in order, then -e over them.
     container_file_env = {}
+    read_runtime_file = parse_runtime_env_file if runtime == "docker" else parse_env_file
     for path in container_env_files:
-        container_file_env.update(parse_env_file((env_files or {}).get(path, "")))
+        container_file_env.update(read_runtime_file((env_files or {}).get(path, "")))
     container_env = {**container_file_env, **flag_env}
     args, positional = engine_args(command)
     # The engine sees the container's env for a container, the unit's for a process.
@@ -572,23 +600,33 @@ def _set_env_in_argv(argv, image_index, name, value):
     return out
 
 
+def _flag_words(flag, value, joined):
+    """The words that set one flag: none (value None), the bare flag (True), FLAG VALUE or FLAG=VALUE (joined, as
+    the original wrote it)."""
+    if value is None:
+        return []
+    if value is True:
+        return [flag]
+    return [f"{flag}={value}"] if joined else [flag, str(value)]
+
+
 def _set_engine_arg(command, flag, value):
-    """Drop (value None), set a bare flag (True) or set flag VALUE in an engine command."""
-    out, i = [], 0
+    """Drop (value None), set a bare flag (True) or set flag VALUE in an engine command. A flag the command holds
+    changes where it stands (the original's word order kept, so the candidate differs in the flag's words alone);
+    a new one goes at the end."""
+    out, i, placed = [], 0, False
     while i < len(command):
         word = command[i]
-        name = word.partition("=")[0]
-        if name == flag:
+        if word.partition("=")[0] == flag:
             takes_value = "=" not in word and i + 1 < len(command) and not command[i + 1].startswith("--")
             i += 2 if takes_value else 1
+            if not placed:
+                out += _flag_words(flag, value, "=" in word)
+                placed = True
             continue
         out.append(word)
         i += 1
-    if value is True:
-        out.append(flag)
-    elif value is not None:
-        out += [flag, str(value)]
-    return out
+    return out if placed else out + _flag_words(flag, value, False)
 
 
 def _env_lines_with(env_lines, recipe, name, value):
@@ -653,12 +691,13 @@ def _change_speculative(parts, recipe, name, value):
                           f"${recipe['held_flags'][held[0]]} (the unit's environment); the tool changes "
                           "speculative flags written in the unit, so move them into ExecStart= or change them "
                           "where that variable is set")
-    command = parts["command"]
-    for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-")]:
-        command = _set_engine_arg(command, flag, None)
-    for flag, val in (value or {}).items():
+    command, wanted = parts["command"], value or {}
+    for flag in wanted:
         if not flag.startswith("--speculative-"):
             raise RecipeError(f"speculative settings must be --speculative-* flags, got {flag!r}")
+    for flag in [f for f in recipe["engine_args"] if f.startswith("--speculative-") and f not in wanted]:
+        command = _set_engine_arg(command, flag, None)
+    for flag, val in wanted.items():  # in place where the original holds it
         command = _set_engine_arg(command, flag, val)
     parts["command"] = command
 
@@ -796,9 +835,16 @@ def apply_change_with_files(sections, recipe, change, env_texts, copy_dir, keep_
 
 
 def render_sections(sections):
+    """The unit text of parsed sections. The sections are specifier-expanded (every value literal, as systemd
+    loaded it), so each % is written %%: systemd reads back the same text, never a specifier."""
     lines = []
     for section, items in sections:
         lines.append(f"[{section}]")
-        lines += [f"{key}={value}" for key, value in items]
+        lines += [f"{key}={value.replace('%', '%%')}" for key, value in items]
         lines.append("")
     return "\n".join(lines)
+
+
+def parse_rendered(text):
+    """A unit this tool rendered, parsed as systemd loads it: its only specifier is %% (render_sections)."""
+    return [[name, [[key, value.replace("%%", "%")] for key, value in items]] for name, items in parse_unit_text(text)]

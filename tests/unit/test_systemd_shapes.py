@@ -9,7 +9,7 @@ import yaml
 from conftest import FIXTURES
 
 from serving_rollout import recipe as serving_recipe
-from serving_rollout.module_utils import recipe_adopt, unit_recipe, unit_shapes
+from serving_rollout.module_utils import controls, recipe_adopt, unit_recipe, unit_shapes
 
 SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
 READINGS = json.loads((FIXTURES / "systemd" / "adoption-readings.json").read_text())["readings"]
@@ -134,3 +134,35 @@ def test_a_failed_environment_probe_names_its_exit_code_and_what_it_said_secrets
               [], [["/etc/x.env", False]], [])
     assert "exit code 1: Failed to load environment files" in str(raised.value)
     assert "hf_abc123" not in str(raised.value), raised.value
+
+
+def test_a_p2p_candidate_over_an_export_line_systemd_ignores_is_a_no_op_refused_with_the_truth():
+    """Issue 49: `export NCCL_P2P_DISABLE=1` in an EnvironmentFile - systemd 252 ignored it in the lab (the recorded
+    reading has no NCCL_P2P_DISABLE) - was read as 1, and a p2p candidate was written as 1 -> 0 while the engine
+    saw unset -> 0: the same P2P. Now the before-value is systemd's, and the candidate is refused for it, even
+    with systemd's reading accepted."""
+    shape = next(s for s in SHAPES if s["id"] == "export lines and inline comments in an EnvironmentFile")
+    assert "NCCL_P2P_DISABLE" not in READINGS[shape["id"]]["env"]
+    recipe = adopt(shape)
+    change = controls.change_for("p2p", "sglang")
+    refusal = unit_shapes.candidate_refusal(shape["unit"], recipe, change, accept_systemd_reading=True)
+    assert refusal == ("no change: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/shapes/export.env (an "
+                       "EnvironmentFile is not a shell script); NCCL_P2P_DISABLE is unset in what systemd passes the "
+                       "engine (unset is 0), and the candidate would make it 0: the engine would see the same")
+    # dropping it is no change either; a real change (NCCL_ALGO) is not refused for this
+    assert unit_shapes.env_no_op(recipe, controls.change_for("p2p", "sglang", "drop")).startswith("no change:")
+    assert unit_shapes.env_no_op(recipe, {"kind": "env", "name": "NCCL_ALGO", "value": "Tree"}) is None
+
+
+def test_docker_passes_an_env_files_quotes_so_the_value_is_not_the_one_it_looks_like():
+    """Issue 49: docker's --env-file keeps quotes (docker/for-linux#1208): NCCL_P2P_DISABLE="1" reaches the
+    container as "1" with its quotes, which NCCL does not read as 1. Read literally, and refused by name."""
+    unit = ("[Service]\nExecStart=/usr/bin/docker run --rm --name sglang --gpus all --env-file /etc/sglang/docker.env "
+            "lmsysorg/sglang@sha256:" + "a" * 64 + " python3 -m sglang.launch_server --model-path /m --tp-size 2\n")
+    env = {"/etc/sglang/docker.env": 'NCCL_P2P_DISABLE="1"\nHF_TOKEN="hf_secret_0a1"\n'}
+    recipe = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(unit), env)
+    recipe["env_file_texts"] = env
+    assert recipe["env"]["NCCL_P2P_DISABLE"] == '"1"'
+    refusal = unit_shapes.env_no_op(recipe, controls.change_for("p2p", "sglang"))
+    assert refusal.startswith('docker passes the quotes of NCCL_P2P_DISABLE="1"'), refusal
+    assert unit_shapes.env_no_op(recipe, {"kind": "env", "name": "HF_TOKEN", "value": "x"}).count("hf_secret") == 0

@@ -24,7 +24,7 @@ def recipe_of(name, dropins=(), env=None):
 def candidate(name, change, dropins=(), env=None):
     sections, recipe = recipe_of(name, dropins, env)
     text = ur.render_sections(ur.apply_change(sections, recipe, change))
-    return recipe, text, ur.parse_recipe(ur.parse_unit_text(text), env or ENV)
+    return recipe, text, ur.parse_recipe(ur.parse_rendered(text), env or ENV)
 
 
 def test_docker_sglang_unit_recipe():

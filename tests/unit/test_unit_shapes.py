@@ -3,7 +3,7 @@ units; written here, not copied), each adopted with its facts or refused with it
 
 import pytest
 
-from serving_rollout.module_utils import unit_shapes
+from serving_rollout.module_utils import unit_recipe, unit_shapes
 
 PY = "/usr/bin/python3"
 ENV_QWEN = "MODEL=Qwen/Qwen3-32B\nTENSOR_PARALLEL_SIZE=4\nNCCL_P2P_DISABLE=1\nSGLANG_OPTS=--context-length 32768\n"
@@ -245,3 +245,42 @@ def test_a_dash_e_control_changes_in_the_unit_even_when_an_env_file_also_sets_it
 def test_an_unreadable_env_file_of_a_container_is_refused_by_name():
     with pytest.raises(unit_shapes.ShapeError, match="--env-file /etc/absent.env .* cannot be read"):
         adopt("s.service", PODMAN_ENV_FILE.replace("/etc/nccl-shared.env", "/etc/absent.env"))
+
+
+def render(recipe, change):
+    """The candidate as serving_recipe renders it from the adopted (specifier-expanded) sections, and that text
+    read back as systemd loads it."""
+    text = unit_recipe.render_sections(unit_recipe.apply_change(recipe["sections"], recipe, change))
+    return text, unit_recipe.parse_recipe(unit_recipe.parse_rendered(text))
+
+
+def test_a_literal_percent_is_written_back_escaped_so_systemd_reads_the_same_words():
+    """Issue 49: `%%` in an Exec line was expanded at adoption and written back as `%`, which systemd then reads
+    as a specifier (`%2` refused, `%n` the unit's name). The candidate keeps `%%`; a template's %i is written as
+    its instance's value (the candidate is not a template)."""
+    unit = ("[Service]\nEnvironment=NCCL_P2P_DISABLE=1\n"
+            "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /srv/models/%i --tp-size 2 "
+            "--served-model-name qwen-100%%-%%n --port 30000\n")
+    recipe = adopt("sglang@qwen.service", unit, "/etc/systemd/system/sglang@.service")
+    assert recipe["engine_args"]["--served-model-name"] == "qwen-100%-%n"
+    text, candidate = render(recipe, {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"})
+    assert "--model-path /srv/models/qwen " in text and "--served-model-name qwen-100%%-%%n " in text, text
+    assert candidate["engine_args"]["--served-model-name"] == "qwen-100%-%n"
+    difference = unit_recipe.check_one_control(recipe, candidate, {"kind": "env", "name": "NCCL_P2P_DISABLE"})
+    assert difference == {"control": "env:NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+
+
+@pytest.mark.parametrize("flag, value, before, after", [
+    ("--chunked-prefill-size", 8192, "--chunked-prefill-size 4096 --port", "--chunked-prefill-size 8192 --port"),
+    ("--max-running-requests", 64, "--max-running-requests=128 --port", "--max-running-requests=64 --port"),
+    ("--disable-custom-all-reduce", None, "--disable-custom-all-reduce --port", "--port"),
+])
+def test_a_changed_flag_keeps_its_place_in_the_command_line(flag, value, before, after):
+    """Issue 49: the renderer moved a changed flag to the end of the command line, a second difference systemd's
+    reading (the argv) then refused. The flag changes where it stands, in the form the original wrote it."""
+    unit = ("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /srv/m --tp-size 2 "
+            f"{before} 30000 --host 0.0.0.0\n")
+    recipe = adopt("sglang.service", unit)
+    text, candidate = render(recipe, {"kind": "arg", "name": flag, "value": value})
+    assert f"--tp-size 2 {after} 30000 --host 0.0.0.0\n" in text, text
+    assert unit_recipe.check_one_control(recipe, candidate, {"kind": "arg", "name": flag})["control"] == f"arg:{flag}"
