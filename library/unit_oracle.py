@@ -60,7 +60,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 proof:
-  description: ok, control, seen (the control's difference was found), unexplained (every other difference).
+  description: >-
+    ok, control, seen (the control's difference was found), unexplained (every other difference in what the engine
+    runs and with what - Exec argv, environment, user, directories, limits - which refuses the candidate), warnings
+    (differences in any other setting, a restart policy or a timeout - shown, not refused).
   type: dict
   returned: always
 differences:
@@ -138,6 +141,10 @@ def main():
     # Only the allow-listed views leave the host: raw argv words can hold secrets.
     public = [{k: d[k] for k in ("what", "before", "after")} for d in diffs]
     proof["unexplained"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof["unexplained"]]
+    proof["warnings"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof.get("warnings") or []]
+    for warning in proof["warnings"]:  # outside what the engine runs: named, never a second control
+        module.warn(f"{p['candidate']} also differs in {warning['what']}: {warning['before']!r} -> "
+                    f"{warning['after']!r} (not what the engine runs or with what: not refused)")
     if module.check_mode:
         module.exit_json(changed=False, proof={"ok": None, "control": None, "unexplained": [], "seen": None},
                          differences=public)

@@ -199,14 +199,36 @@ def _touches(difference, change):
     return any(e["word"] == name or e["word"].startswith(name + "=") for e in difference.get("edits") or [])
 
 
+# The unit settings that decide what the engine runs and with what: who runs it, where, its limits, its view of
+# the machine (devices, paths, capabilities, CPUs and memory). A difference in any other setting (restart policy,
+# timeouts, ordering, logging) is named as a warning, never a second control.
+ENGINE_SETTINGS = re.compile(
+    r"^(WorkingDirectory|RootDirectory|RootImage|User|Group|SupplementaryGroups|DynamicUser|UMask|PassEnvironment|"
+    r"UnsetEnvironment|Limit\w+|Nice|CPUAffinity\w*|NUMA\w+|CPUScheduling\w+|IOScheduling\w+|OOMScoreAdjust|"
+    r"Memory(Max|High|Min|Low|Limit|SwapMax)|CPUQuota\w*|CPUWeight|AllowedCPUs|AllowedMemoryNodes|TasksMax|"
+    r"Device\w+|Private(Devices|Tmp|Network|Users)|Protect\w+|(ReadOnly|ReadWrite|Inaccessible|Exec|NoExec)Paths|"
+    r"Bind(ReadOnly)?Paths|TemporaryFileSystem|(State|Runtime|Cache|Logs|Configuration)Directory|"
+    r"CapabilityBoundingSet|AmbientCapabilities|NoNewPrivileges|SystemCall\w+|Personality|Slice|Delegate|"
+    r"IPAddress(Allow|Deny)|RestrictAddressFamilies|RestrictNamespaces)$")
+
+
+def decides_the_engine(difference):
+    """Whether a difference touches what the engine runs and with what: every Exec argv, the environment and its
+    files, and the settings in ENGINE_SETTINGS."""
+    what = difference["what"]
+    return not what.startswith("setting ") or bool(ENGINE_SETTINGS.match(what[len("setting "):]))
+
+
 def one_control_proof(diffs, change, container=None):
-    """{ok, control, seen, unexplained}: the readings differ in the one control (and the candidate's
-    identity) and in nothing else. No difference at all is refused too: no change is no candidate."""
+    """{ok, control, seen, unexplained, warnings}: the readings differ in the one control (and the candidate's
+    identity) and in nothing else that decides what the engine runs; any other difference (a restart policy, a
+    timeout) is a warning. No difference at all is refused too: no change is no candidate."""
     explained = [d for d in diffs if _explained(d, change, container)]
-    unexplained = [{k: v for k, v in d.items() if k not in ("argv",)} for d in diffs if d not in explained]
+    others = [{k: v for k, v in d.items() if k not in ("argv",)} for d in diffs if d not in explained]
+    unexplained = [d for d in others if decides_the_engine(d)]
     touched = any(_touches(d, change) for d in explained)
     return {"ok": not unexplained and touched, "control": f"{change.get('kind')} {change.get('name', '')}".strip(),
-            "unexplained": unexplained, "seen": touched}
+            "unexplained": unexplained, "seen": touched, "warnings": [d for d in others if d not in unexplained]}
 
 
 def _flag_groups(words):

@@ -6,6 +6,7 @@ import json
 
 from conftest import FIXTURES
 
+from serving_rollout.module_utils import unit_oracle
 from serving_rollout.module_utils.unit_oracle import differences, one_control_proof, parse_show, reading
 
 REAL = json.loads((FIXTURES / "systemd" / "busctl-sglang-service.json").read_text())
@@ -134,3 +135,19 @@ def test_an_unknown_key_systemd_ignores_blocks_only_when_it_names_what_the_engin
                                    "[Service], ignoring.")
     assert load_warning_blocks("/tmp/uk-test.service:5: Unknown key 'Enviroment' in section [Service], ignoring.")
     assert load_warning_blocks("/etc/systemd/system/shape-trail.service:4: Missing '=', ignoring line.")
+
+
+def test_only_what_decides_the_engine_refuses_a_candidate_the_rest_is_a_warning():
+    """Issue 49: the oracle compares what decides what the engine runs and with what; a setting outside it (a
+    restart policy, a stop timeout) is named as a warning, never a second control."""
+    change = {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
+    control = {"what": "environment NCCL_P2P_DISABLE", "before": "1", "after": "0"}
+    restart = {"what": "setting RestartUSec", "before": "5s", "after": "10s"}
+    user = {"what": "setting User", "before": "serve", "after": "root"}
+    proof = unit_oracle.one_control_proof([control, restart], change)
+    assert proof["ok"] and proof["warnings"] == [restart] and proof["unexplained"] == []
+    proof = unit_oracle.one_control_proof([control, restart, user], change)
+    assert not proof["ok"] and proof["unexplained"] == [user] and proof["warnings"] == [restart]
+    assert unit_oracle.decides_the_engine({"what": "setting LimitMEMLOCK"})
+    assert unit_oracle.decides_the_engine({"what": "ExecStartPre[0] argv"})
+    assert not unit_oracle.decides_the_engine({"what": "setting TimeoutStopUSec"})
