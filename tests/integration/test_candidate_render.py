@@ -27,7 +27,9 @@ def clean_lab():
     def clean():
         lab("rm", "-rf", "/var/lib/serving-rollout", "/etc/systemd/system/sglang-candidate.service",
             "/etc/systemd/system/quoting.service", "/etc/systemd/system/quoting-candidate.service",
-            "/etc/systemd/system/docker-unpinned.service")
+            "/etc/systemd/system/docker-unpinned.service", "/etc/systemd/system/percent.service",
+            "/etc/systemd/system/percent-candidate.service", "/etc/systemd/system/exported.service",
+            "/etc/sglang/exported.env")
         lab("systemctl", "daemon-reload")
     clean()
     before = original_state()
@@ -86,6 +88,41 @@ def test_execstart_quoting_survives_rendering_as_systemd_reads_it():
     assert exec_argv("quoting-candidate.service") == exec_argv("quoting.service")
     shown = lab("systemctl", "show", "-p", "Environment", "quoting-candidate.service").stdout
     assert "NCCL_P2P_DISABLE=0" in shown
+
+
+PERCENT_UNIT = """[Service]
+Environment=NCCL_P2P_DISABLE=1
+ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /srv/m --served-model-name qwen-100%% \\
+  --chunked-prefill-size 4096 --port 30000 --host 0.0.0.0
+"""
+
+
+def test_a_percent_and_a_changed_flag_keep_their_words_as_systemd_reads_them():
+    """Issue 49: `%%` was written back as `%` (a specifier to systemd) and a changed flag moved to the end of the
+    command line (a second difference). On real systemd: the candidate's argv is the original's with the flag's
+    value changed in place, and systemd reads the literal % in both."""
+    lab("sh", "-c", f"cat > /etc/systemd/system/percent.service <<'EOF'\n{PERCENT_UNIT}EOF\nsystemctl daemon-reload")
+    result = render(serving_recipe_unit="percent.service", serving_recipe_candidate_id="chunked-prefill",
+                    serving_recipe_control_value=8192)
+    assert result.returncode == 0, result.stdout[-3000:]
+    original, candidate = exec_argv("percent.service"), exec_argv("percent-candidate.service")
+    assert "--served-model-name qwen-100% --chunked-prefill-size 4096 --port" in original, original
+    assert candidate == original.replace("--chunked-prefill-size 4096", "--chunked-prefill-size 8192"), candidate
+
+
+def test_an_export_line_systemd_ignores_makes_a_p2p_candidate_a_no_op_refused_with_the_truth():
+    """Issue 49: `export NCCL_P2P_DISABLE=1` in an EnvironmentFile sets nothing in systemd (the engine gets it
+    unset, NCCL's 0): a p2p candidate would change nothing, and is refused for that before anything is written."""
+    lab("sh", "-c", "printf 'export NCCL_P2P_DISABLE=1\\n' > /etc/sglang/exported.env && "
+                    "sed 's|^Environment=NCCL_P2P_DISABLE=1|EnvironmentFile=/etc/sglang/exported.env|' "
+                    "/etc/systemd/system/sglang.service > /etc/systemd/system/exported.service && systemctl daemon-reload")
+    result = render(serving_recipe_unit="exported.service")
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert ("no change: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/sglang/exported.env (an EnvironmentFile "
+            "is not a shell script); NCCL_P2P_DISABLE is unset in what systemd passes the engine (unset is 0)"
+            in re.sub(r"\s+", " ", result.stdout)), result.stdout[-3000:]
+    assert lab("test", "-e", "/etc/systemd/system/exported-candidate.service", check=False).returncode == 1
+    assert lab("test", "-e", "/var/lib/serving-rollout/exported.service", check=False).returncode == 1
 
 
 def test_unknown_candidate_id_lists_the_valid_ones():
