@@ -3,6 +3,7 @@
   serving-rollout run candidate-p2p -i INVENTORY [--canary N] [--batch-size N] [-e K=V|JSON|@FILE]...
   serving-rollout rollback -i INVENTORY [-e ...]
   serving-rollout capture -i INVENTORY [-e ...]
+  serving-rollout propose -i INVENTORY [-e ...]
   serving-rollout plan PLAN.json -i INVENTORY [--policy stop|skip-dependents] [-e ...]
   serving-rollout status [--evidence DIR]
 
@@ -23,12 +24,12 @@ from serving_rollout import fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml", "rollback": "rollback.yml",
-             "capture": "capture.yml", "peer-path": "peer-path.yml"}
+             "capture": "capture.yml", "peer-path": "peer-path.yml", "propose": "propose.yml"}
 # Exit codes: the worst host decides (a failed host that was not restored outranks everything).
 EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
 EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
 EXIT_USAGE = 64
-MEANING = {0: "every host acceptable (or restored, for rollback; captured, for capture)",
+MEANING = {0: "every host acceptable (or restored, for rollback; captured, for capture; proposed, for propose)",
            1: "a candidate was not acceptable (reject or inconclusive); every original restored",
            2: "a host failed and was restored and proven", 3: "refused before any change",
            4: "a host failed and was NOT proven restored, was unreachable, or the run did not finish",
@@ -122,7 +123,9 @@ def host_outcomes(kind, evidence, run_id, stats):
     for host in hosts:
         outcome = "unreachable" if host in (stats.get("dark") or {}) else \
             "failed" if host in (stats.get("failures") or {}) else "ok"
-        out.append({"host": host, "outcome": outcome})
+        folder = Path(evidence) / host / f"proposal-{run_id}"
+        out.append({"host": host, "outcome": outcome,
+                    **({"evidence": str(folder)} if kind == "propose" and folder.is_dir() else {})})
     return out
 
 
@@ -278,9 +281,10 @@ def parser_of():
     plan.add_argument("--policy", choices=["stop", "skip-dependents"], default="stop",
                       help="at a candidate that does not pass: stop, or skip only the candidates that depend on it")
     for name, help_text in (("rollback", "restore the original on every host"),
-                            ("capture", "capture the host facts (read-only)")):
+                            ("capture", "capture the host facts (read-only)"),
+                            ("propose", "propose each host's pins and candidate plan from its facts (read-only)")):
         sub.add_parser(name, help=help_text)
-    for p in (run, plan, sub.choices["rollback"], sub.choices["capture"]):
+    for p in (run, plan, *(sub.choices[name] for name in ("rollback", "capture", "propose"))):
         p.add_argument("-i", "--inventory", required=True)
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--evidence", default=str(REPO / "evidence"))

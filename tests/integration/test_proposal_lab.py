@@ -1,0 +1,60 @@
+"""propose on the lab host (the engine double as the operator's original `sglang.service`): read-only on the host,
+the proposal's three files, then the proposed plan taken by the plan executor as it is (issue 51)."""
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, lab, lab_files_hash, lab_unit_state
+
+FAULTS = "/etc/engine-double/faults"
+SMALL = json.dumps({"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,
+                    **CPU_SHARED_WITH_OTHER_JOBS})
+
+
+def cli(*args):
+    return subprocess.run([str(REPO / "bin" / "serving-rollout"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executor_takes_the_plan():
+    evidence = tempfile.mkdtemp(prefix="propose-")
+    before = (lab_unit_state()["InvocationID"], lab_files_hash())
+    lab("touch", "/tmp/before-propose")
+    result = cli("propose", "-i", "inventory/lab", "--evidence", evidence)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    folder = next(Path(evidence, "lab-gpu-1").glob("proposal-*"))
+    assert f"lab-gpu-1: ok ({folder})" in result.stdout
+    assert (lab_unit_state()["InvocationID"], lab_files_hash()) == before  # read-only on the host
+    written = lab("find", "/etc", "/var/lib", "-newer", "/tmp/before-propose", "-type", "f", check=False).stdout
+    assert [path for path in written.split() if "/journal/" not in path] == []  # nothing written on the host
+
+    # The lab's original: P2P disabled, cuMem 0, custom all-reduce disabled, in the unit systemd reads.
+    plan = json.loads((folder / "plan.json").read_text())
+    assert [c["id"] for c in plan["ordered_candidates"]] == ["p2p", "cumem", "custom-all-reduce"]
+    p2p = plan["ordered_candidates"][0]
+    assert "NCCL_P2P_DISABLE=1 in the unit" in p2p["change"]
+    assert any(p.startswith("the host's capture") and ": met (lab-gpu-1/capture-" in p for p in p2p["prerequisites"])
+    assert any("peer path proven" in p and "UNMET - run peer-path.yml" in p for p in p2p["prerequisites"])
+    pins = yaml.safe_load((folder / "pins.yml").read_text())["serving_expected"]
+    assert pins["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and pins["tp_size"] == "2"
+    assert "lab-secret" not in (folder / "pins.yml").read_text() + (folder / "report.md").read_text()
+    report = (folder / "report.md").read_text()
+    assert "## Not proposed" in report and "- engine-image: an engine upgrade is the operator's choice" in report
+
+    # The plan as proposed, through the plan executor (the lab assumes the peer path): its first candidate fails
+    # fast at start here (a fault of the double), is restored, and the plan stops there.
+    lab("sh", "-c", f"mkdir -p {FAULTS} && echo fail_at_start > {FAULTS}/sglang-candidate.service")
+    try:
+        ran = cli("plan", str(folder / "plan.json"), "-i", "inventory/lab", "--evidence", evidence, "-e", SMALL)
+    finally:
+        lab("rm", "-f", f"{FAULTS}/sglang-candidate.service", "/var/lib/serving-rollout/sglang.service.lock",
+            check=False)
+    doc = json.loads(next(Path(evidence).glob("plan-*/report.json")).read_text())
+    assert [(c["id"], c["status"]) for c in doc["candidates"]][1:] == [("cumem", "not run"),
+                                                                       ("custom-all-reduce", "not run")], \
+        ran.stdout[-4000:]
+    assert doc["candidates"][0]["id"] == "p2p" and doc["candidates"][0]["outcome"] == "failed, restored", doc
+    assert lab_unit_state()["ActiveState"] == "active" and lab_files_hash() == before[1]
