@@ -47,9 +47,9 @@ class ActionModule(SpecAction):
     def step(self, p, task_vars):
         host_dir = Path(p["evidence_dir"]) / p["host"]
         capture = latest(host_dir, "capture-*/p2p-support-observation.json")
+        captured = str(capture.relative_to(host_dir.parent)) if capture else None
         facts = {"recipe": p["recipe"], "scan": p["scan"], "peer_path": peer_path(host_dir),
-                 "prediction": evidence.latest_prediction(host_dir),
-                 "capture": {**p["capture"], "evidence": str(capture.relative_to(host_dir.parent)) if capture else None}}
+                 "prediction": evidence.latest_prediction(host_dir), "capture": {**p["capture"], "evidence": captured}}
         found = proposal.pins(p["recipe"], p["scan"], facts["capture"])
         plan = proposal.propose(facts)
         document = proposal.plan_document(p["host"], plan, facts["capture"]["evidence"])

@@ -493,12 +493,10 @@ def render_card(run):
              f"Run: {outcome.get('run_id')}", "",
              f"Decision: **{decision['verdict']}** {rule}. "
              f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
-    lines += decision_lines(decision)
     if double:
         lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
                   "and decides, never the real engine's performance.", ""]
-    if assumed:
-        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
+    # As the reference card: the decision, the setup/delta/cells table, then gates and failures; the method last.
     lines += ["## Result card", "", "| Setup | Value |", "|---|---|",
               f"| Model | {original.get('model')} @ {original.get('revision')} |",
               f"| Engine/runtime | {original.get('engine')}"
@@ -513,7 +511,10 @@ def render_card(run):
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]
     lines += gate_lines(preflight, gates, verdict, outcome)
-    lines += ["", "## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
+    lines += ["", "## What the decision rests on", ""] + decision_lines(decision)
+    if assumed:
+        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
+    lines += ["## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
     for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]
     prediction = load(run, "prediction.json")

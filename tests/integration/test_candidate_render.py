@@ -115,7 +115,8 @@ def test_an_export_line_systemd_ignores_makes_a_p2p_candidate_a_no_op_refused_wi
     unset, NCCL's 0): a p2p candidate would change nothing, and is refused for that before anything is written."""
     lab("sh", "-c", "printf 'export NCCL_P2P_DISABLE=1\\n' > /etc/sglang/exported.env && "
                     "sed 's|^Environment=NCCL_P2P_DISABLE=1|EnvironmentFile=/etc/sglang/exported.env|' "
-                    "/etc/systemd/system/sglang.service > /etc/systemd/system/exported.service && systemctl daemon-reload")
+                    "/etc/systemd/system/sglang.service > /etc/systemd/system/exported.service && "
+                    "systemctl daemon-reload")
     result = render(serving_recipe_unit="exported.service")
     assert result.returncode != 0, result.stdout[-3000:]
     assert ("no change: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/sglang/exported.env (an EnvironmentFile "
