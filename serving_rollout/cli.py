@@ -4,8 +4,16 @@
   serving-rollout rollback -i INVENTORY [-e ...]
   serving-rollout capture -i INVENTORY [-e ...]
   serving-rollout propose -i INVENTORY [-e ...]
+  serving-rollout render -i INVENTORY [-e serving_recipe_candidate_id=ID ...]   (--check --diff: changes nothing)
+  serving-rollout promote RUN_ID --approve -i INVENTORY [-e ...]
+  serving-rollout renew -i INVENTORY [-e ...]
   serving-rollout plan PLAN.json -i INVENTORY [--policy stop|skip-dependents] [-e ...]
-  serving-rollout status [--evidence DIR]
+  serving-rollout status [--evidence DIR] [--json]
+
+Exit codes: 0 every host acceptable (restored, for rollback; done, for capture, propose, render, promote,
+renew); 1 a candidate not acceptable, every original restored; 2 a host failed and was restored and proven;
+3 refused before any change; 4 a host failed and was NOT proven restored, unreachable, or the run did not
+finish (for capture, propose, render, promote and renew: any host not ok); 64 usage error.
 
 Progress lines come from runner events (host, phase, cell, outcome), not the raw task stream;
 runner's artifacts go to <evidence>/runner/<kind>-<run_id>/ and the structured result to
@@ -24,12 +32,13 @@ from serving_rollout import fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml", "rollback": "rollback.yml",
-             "capture": "capture.yml", "peer-path": "peer-path.yml", "propose": "propose.yml"}
+             "capture": "capture.yml", "peer-path": "peer-path.yml", "propose": "propose.yml",
+             "render": "candidate-render.yml", "promote": "promote.yml", "renew": "renew.yml"}
 # Exit codes: the worst host decides (a failed host that was not restored outranks everything).
 EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
 EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
 EXIT_USAGE = 64
-MEANING = {0: "every host acceptable (or restored, for rollback; captured, for capture; proposed, for propose)",
+MEANING = {0: "every host acceptable (or restored, for rollback; done, for capture, propose, render, promote, renew)",
            1: "a candidate was not acceptable (reject or inconclusive); every original restored",
            2: "a host failed and was restored and proven", 3: "refused before any change",
            4: "a host failed and was NOT proven restored, was unreachable, or the run did not finish",
@@ -136,8 +145,9 @@ def ansible_children():
     return [pid for pid in children(os.getpid()) if "ansible-playbook" in cmdline(pid)]
 
 
-def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None):
-    """Run one playbook through ansible-runner; listen(event) sees every event."""
+def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None, cmdline=None):
+    """Run one playbook through ansible-runner; listen(event) sees every event; cmdline: ansible-playbook's own
+    options (render: --check --diff)."""
     import ansible_runner
 
     run_id = extravars.setdefault("run_id", fleet.new_run_id())
@@ -171,7 +181,7 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
         runner = ansible_runner.run(
             private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
             inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
-            event_handler=on_event, ident=run_id,
+            event_handler=on_event, ident=run_id, cmdline=cmdline,
             cancel_callback=lambda: False)  # not runner's own handler, which SIGKILLs the playbook at once
     finally:
         for sig, handler in previous.items():
@@ -249,6 +259,29 @@ def status(evidence):
     return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:]}
 
 
+def status_table(found):
+    """The latest run per host and the latest fleet runs, for a person."""
+    rows = [("host", "run", "candidate", "verdict", "evidence")]
+    rows += [(host, str(run.get("run_id")), str(run.get("candidate_id")), str(run.get("verdict")),
+              str(run.get("path") or "")) for host, run in sorted(found.get("latest_per_host", {}).items())]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if len(rows) == 1:
+        lines = ["no runs recorded yet"]
+    for fleet_run in found.get("fleets", []):
+        hosts = ", ".join(f"{host} {outcome}" for host, outcome in sorted((fleet_run.get("hosts") or {}).items()))
+        stopped = f"; stopped at {fleet_run['stopped_at']}" if fleet_run.get("stopped_at") else ""
+        lines.append(f"fleet {fleet_run.get('run_id')}: {hosts}{stopped}")
+    return "\n".join(lines)
+
+
+def print_output(result):
+    """A render's own output (the candidate against the original), from runner's stdout artifact."""
+    stdout = Path(result["artifacts"]) / "stdout"
+    if stdout.exists():
+        print(stdout.read_text(errors="replace"))
+
+
 def interrupted_run(args, extravars):
     """Ctrl-C during a rollout: restore the original on the run's hosts before exiting (rollback.yml,
     which takes each host's lock over); a second Ctrl-C leaves them to their watchdogs, and says so."""
@@ -282,9 +315,16 @@ def parser_of():
                       help="at a candidate that does not pass: stop, or skip only the candidates that depend on it")
     for name, help_text in (("rollback", "restore the original on every host"),
                             ("capture", "capture the host facts (read-only)"),
-                            ("propose", "propose each host's pins and candidate plan from its facts (read-only)")):
+                            ("propose", "propose each host's pins and candidate plan from its facts (read-only)"),
+                            ("render", "show the candidate against the original (--check --diff: changes nothing)"),
+                            ("renew", "adopt the current original as the restore recipe after an intended change")):
         sub.add_parser(name, help=help_text)
-    for p in (run, plan, *(sub.choices[name] for name in ("rollback", "capture", "propose"))):
+    promote = sub.add_parser("promote", help="make a run's acceptable candidate the original (a human's approval)")
+    promote.add_argument("run_id")
+    promote.add_argument("--approve", action="store_true",
+                         help="the human approval promote.yml asks for (promotion_approved_run_id = RUN_ID)")
+    for p in (run, plan, promote, *(sub.choices[name] for name in ("rollback", "capture", "propose", "render",
+                                                                   "renew"))):
         p.add_argument("-i", "--inventory", required=True)
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--evidence", default=str(REPO / "evidence"))
@@ -292,8 +332,9 @@ def parser_of():
     for p in (run, plan):
         p.add_argument("--canary", type=int, default=1)
         p.add_argument("--batch-size", type=int, default=1)
-    st = sub.add_parser("status", help="the latest run per host and the latest fleet runs")
+    st = sub.add_parser("status", help="the latest run per host and the latest fleet runs, as a table")
     st.add_argument("--evidence", default=str(REPO / "evidence"))
+    st.add_argument("--json", action="store_true", help="print them as JSON")
     return parser
 
 
@@ -305,6 +346,9 @@ def usage_problem(args):
         return f"--canary and --batch-size must be at least 1, got {args.canary} and {args.batch_size}"
     if args.command == "plan" and not Path(args.plan_file).is_file():
         return f"plan file {args.plan_file!r} does not exist"
+    if args.command == "promote" and not args.approve:
+        return (f"promote {args.run_id} needs --approve: promotion is a human's step (promote.yml checks "
+                "promotion_approved_run_id against the run)")
     return None
 
 
@@ -323,7 +367,8 @@ def main(argv=None):
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else 0
     if args.command == "status":
-        print(json.dumps(status(args.evidence), indent=2, sort_keys=True))
+        found = status(args.evidence)
+        print(json.dumps(found, indent=2, sort_keys=True) if args.json else status_table(found))
         return 0
     try:
         extravars = parse_extra_vars(args.extra_vars)
@@ -340,7 +385,12 @@ def main(argv=None):
         kind, playbook = "run", PLAYBOOKS[args.playbook]
     else:
         kind, playbook = args.command, PLAYBOOKS[args.command]
-    result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json)
+    if kind == "promote":
+        extravars.update({"promotion_run_id": args.run_id, "promotion_approved_run_id": args.run_id})
+    result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json,
+                          cmdline="--check --diff" if kind == "render" else None)
+    if kind == "render" and not args.json:
+        print_output(result)
     if result["interrupted"] and kind == "run":
         return interrupted_run(args, extravars)
     show(result, args.json)

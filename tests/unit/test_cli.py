@@ -1,5 +1,6 @@
 """bin/serving-rollout: extra vars, progress lines from runner events, exit codes, usage errors."""
 
+import json
 
 import pytest
 
@@ -107,3 +108,47 @@ def test_usage_errors_name_the_bad_value(capsys, tmp_path):
     assert cli.main(["run", "candidate-p2p", "-i", str(tmp_path), "--canary", "0"]) == cli.EXIT_USAGE
     assert "got 0 and 1" in capsys.readouterr().err
     assert cli.main(["run", "nonsense", "-i", str(tmp_path)]) == cli.EXIT_USAGE
+
+
+def test_status_is_a_table_by_default_and_json_when_asked(capsys, tmp_path):
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "no runs recorded yet"
+    (tmp_path / "index.json").write_text(json.dumps({"runs": [
+        {"candidate_id": "p2p", "host": "gpu-1", "path": "gpu-1/rollout-R1", "run_id": "R1", "verdict": "reject"},
+        {"candidate_id": "cumem", "host": "gpu-1", "path": "gpu-1/rollout-R2", "run_id": "R2",
+         "verdict": "acceptable"}],
+        "fleets": [{"hosts": {"gpu-1": "acceptable", "gpu-2": "not-started"}, "run_id": "R2", "stopped_at": None}]}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["host", "run", "candidate", "verdict", "evidence"]
+    assert lines[1].split() == ["gpu-1", "R2", "cumem", "acceptable", "gpu-1/rollout-R2"]  # the latest per host
+    assert lines[2] == "fleet R2: gpu-1 acceptable, gpu-2 not-started"
+    assert cli.main(["status", "--evidence", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["latest_per_host"]["gpu-1"]["run_id"] == "R2"
+
+
+def test_promote_needs_the_humans_approval_and_every_new_command_its_inventory(capsys, tmp_path):
+    assert cli.main(["promote", "R1", "-i", str(tmp_path)]) == cli.EXIT_USAGE
+    assert "promote R1 needs --approve" in capsys.readouterr().err
+    for command in ("propose", "render", "renew"):
+        assert cli.main([command, "-i", str(tmp_path / "nope")]) == cli.EXIT_USAGE
+        assert f"inventory {str(tmp_path / 'nope')!r} does not exist" in capsys.readouterr().err
+    assert cli.main(["promote", "-i", str(tmp_path)]) == cli.EXIT_USAGE  # no RUN_ID
+
+
+def test_render_asks_ansible_for_check_and_diff_and_promote_passes_the_approval(monkeypatch, tmp_path):
+    """What each new command hands the playbook (the runner itself is replaced: these read only the call)."""
+    calls = []
+
+    def fake_run(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None, cmdline=None):
+        calls.append((kind, playbook, dict(extravars), cmdline))
+        return {"exit_code": 0, "meaning": cli.MEANING[0], "hosts": [], "artifacts": str(tmp_path),
+                "interrupted": False}
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    assert cli.main(["render", "-i", str(tmp_path), "-e", "serving_recipe_candidate_id=cumem"]) == 0
+    assert cli.main(["promote", "R7", "--approve", "-i", str(tmp_path)]) == 0
+    assert cli.main(["renew", "-i", str(tmp_path)]) == 0
+    assert calls == [("render", "candidate-render.yml", {"serving_recipe_candidate_id": "cumem"}, "--check --diff"),
+                     ("promote", "promote.yml", {"promotion_run_id": "R7", "promotion_approved_run_id": "R7"}, None),
+                     ("renew", "renew.yml", {}, None)]
