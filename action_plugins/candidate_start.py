@@ -57,11 +57,7 @@ class ActionModule(StepsAction):
                          key=args["lock_token"], compare_with=args["original_container"], change=args["change"])
             done["container_compared"] = True
         if boolean(args.get("read_version", False), strict=False):
-            done["version"] = steps.module(
-                "read the candidate engine's version report", "engine_gate", base_url=args["base_url"],
-                gate="version", **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}),
-                env_files=args.get("env_files") or [], timeout_s=args.get("gate_timeout_s") or 60,
-                phase="candidate")["record"]
+            done["version"] = steps.version_report(args, "candidate", "candidate")
         if args.get("next_phase"):
             steps.phase(args, args["next_phase"])
         if args.get("scan") is not None:

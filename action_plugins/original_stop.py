@@ -40,11 +40,7 @@ class ActionModule(StepsAction):
             done["container"] = steps.module(f"read the container {container}", "container_reading",
                                              runtime=args["runtime"], name=container, key=args["key"])["reading"]
         if boolean(args.get("read_version", False), strict=False):
-            done["version"] = steps.module(
-                "read the original engine's version report", "engine_gate", base_url=args["base_url"],
-                gate="version", **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}),
-                env_files=args.get("env_files") or [], timeout_s=args.get("gate_timeout_s") or 60,
-                phase="baseline")["record"]
+            done["version"] = steps.version_report(args, "original", "baseline")
         done["stop_attempted"] = True  # from here a restore expects a new invocation of the original
         stop = steps.module(f"stop {unit} within the tool's deadline", "engine_stop", unit=unit,
                             deadline_s=args["stop_timeout_s"])

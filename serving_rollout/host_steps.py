@@ -39,6 +39,13 @@ class HostSteps:
                                run_id=args["run_id"])
         self.done["ansible_facts"] = recorded.get("ansible_facts") or {}
 
+    def version_report(self, args, who, phase):
+        """The engine's own version report (engine_gate version; an engine upgrade's proof, both sides)."""
+        return self.module(f"read the {who} engine's version report", "engine_gate", base_url=args["base_url"],
+                           gate="version", env_files=args.get("env_files") or [],
+                           timeout_s=args.get("gate_timeout_s") or 60, phase=phase,
+                           **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {}))["record"]
+
     def free_gpus(self, args, units):
         """Wait until no worker holds the GPUs, ending what of the stopped engines (`units`) stays: orphaned
         workers (reparented out of their unit) hold the GPUs until killed; a foreign process is never touched.
