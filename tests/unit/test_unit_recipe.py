@@ -181,3 +181,46 @@ def test_the_official_vllm_image_unit_is_adopted_not_refused_as_a_launcher():
     recipe = unit_shapes.adopt("vllm.service", "/etc/systemd/system/vllm.service",
                                lambda path: text if path.endswith("vllm.service") else None)
     assert (recipe["engine"], recipe["model"], recipe["runtime"]) == ("vllm", "Qwen/Qwen3-8B", "docker"), recipe
+
+
+# Shapes learned from public deployment scripts that write a vLLM unit (written here, not copied): the official
+# image unpinned, pulled in ExecStartPre, `Requires=docker.service`, the model by --model, a key from the unit's
+# environment, CUDA_VISIBLE_DEVICES set by systemd but not passed to the container.
+DOCKER_VLLM_UNIT = """[Unit]
+Description=vLLM OpenAI-compatible server
+After=network-online.target docker.service
+Requires=docker.service
+
+[Service]
+Restart=always
+RestartSec=10
+Environment=CUDA_VISIBLE_DEVICES=0
+Environment=VLLM_API_KEY=sk-unit-4d2f
+ExecStartPre=-/usr/bin/docker stop vllm
+ExecStartPre=/usr/bin/docker pull vllm/vllm-openai:latest
+ExecStart=/usr/bin/docker run --rm --name vllm --gpus all --ipc=host -p 127.0.0.1:8000:8000 \\
+  -v /srv/hf:/root/.cache/huggingface vllm/vllm-openai:latest --model /root/.cache/huggingface/qwen \\
+  --served-model-name local --max-model-len 32768 --tensor-parallel-size 2 --api-key "$VLLM_API_KEY" --port 8000
+ExecStop=/usr/bin/docker stop vllm
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_a_docker_vllm_unit_in_the_shape_deployment_scripts_write_is_read_as_systemd_and_docker_run_it():
+    recipe = ur.parse_recipe(ur.parse_unit_text(DOCKER_VLLM_UNIT), {})
+    assert (recipe["engine"], recipe["runtime"], recipe["container_name"]) == ("vllm", "docker", "vllm")
+    assert (recipe["model"], recipe["tp_size"], recipe["context_length"]) == ("/root/.cache/huggingface/qwen", "2",
+                                                                              "32768")
+    assert recipe["image_digest"] is None  # unpinned: the module refuses it for that, first
+    # systemd's environment is the unit's; the container gets only what docker passes (-e, --env-file)
+    assert recipe["unit_env"]["CUDA_VISIBLE_DEVICES"] == "0" and "CUDA_VISIBLE_DEVICES" not in recipe["env"]
+    assert recipe["engine_args"]["--api-key"] == "$VLLM_API_KEY"
+    assert "sk-unit-4d2f" not in json.dumps(ur.redacted(recipe))
+    # the candidate renames the container in every Exec line that names it, and changes only the flag
+    change = {"kind": "arg", "name": "--max-num-seqs", "value": "64"}
+    text = ur.render_sections(ur.apply_change(ur.parse_unit_text(DOCKER_VLLM_UNIT), recipe, change))
+    assert "ExecStartPre=-/usr/bin/docker stop vllm-candidate" in text and "--name vllm-candidate" in text
+    candidate = ur.parse_recipe(ur.parse_rendered(text), {})
+    assert ur.check_one_control(recipe, candidate, change)["control"] == "arg:--max-num-seqs"
