@@ -116,7 +116,8 @@ def test_a_failure_after_the_first_lease_but_before_the_stop_leaves_the_original
         lab("rm", "-rf", watchdog, check=False)
     assert result.returncode != 0
     message = re.sub(r"\s+", " ", result.stdout)
-    assert "failed and the original was restored and proven; cause: Start the host-side watchdog" in message \
+    assert ("failed and the original was restored and proven; cause: Arm the host-side watchdog (its first lease) "
+            "and record the phase stopping-original: start the host-side watchdog") in message \
         and "the watchdog goes to /var/lib/serving-rollout/sglang.service/watchdog.py, where a folder is " \
             "(remove it)" in message, message[-3000:]
     state = lab_unit_state()
