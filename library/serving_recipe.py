@@ -309,9 +309,11 @@ def read_running(module, unit, state, recipe, reading):
                     "restored after a candidate is not the one that ran before")
 
 
-def refuse_candidate(module, params, recipe, nccl, result):
-    """A candidate this unit cannot have is refused with its reason, before anything is rendered."""
-    problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
+def refuse_candidate(module, params, recipe, nccl, env_texts, result):
+    """A candidate this unit cannot have is refused with its reason, before anything is rendered (the
+    EnvironmentFiles' texts, kept on the host, name a line systemd ignores)."""
+    problem = candidate_refusal(params["unit"], {**recipe, "env_file_texts": env_texts}, params["change"],
+                                params["accept_systemd_reading"])
     if problem:
         module.fail_json(msg=f"candidate refused: {problem}", **result)
     secrets = inline_secrets(recipe)
@@ -393,7 +395,7 @@ def main():
         managed, problems = managed_recipe(params["unit"], recipe, sections)
         result["managed"] = {"recipe": managed, "problems": problems}
     if params["change"] is not None and not params["compare_path"]:
-        refuse_candidate(module, params, recipe, nccl, result)
+        refuse_candidate(module, params, recipe, nccl, env_texts, result)
         render_candidate(module, params, recipe, sections, env_texts, result)
     if params["compare_path"]:
         compare(module, params, recipe, env_texts, result)

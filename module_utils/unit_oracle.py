@@ -196,7 +196,12 @@ def _touches(difference, change):
         # the control lives in a file the container runtime reads (its candidate copy): systemd never
         # reads it; its content is the runtime's to judge (the candidate copy is checked when written)
         return True
-    return any(e["word"] == name or e["word"].startswith(name + "=") for e in difference.get("edits") or [])
+    argv = difference.get("argv") or {}
+    return any(e["word"] == name or e["word"].startswith(name + "=")
+               # a flag changed in place: only its value word differs, the word after the flag
+               or (change.get("kind") == "arg" and e["index"] > 0 and not bare_flag(name)
+                   and (argv.get(e["side"]) or [])[e["index"] - 1:e["index"]] == [name])
+               for e in difference.get("edits") or [])
 
 
 # The unit settings that decide what the engine runs and with what: who runs it, where, its limits, its view of

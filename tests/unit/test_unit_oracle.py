@@ -151,3 +151,19 @@ def test_only_what_decides_the_engine_refuses_a_candidate_the_rest_is_a_warning(
     assert unit_oracle.decides_the_engine({"what": "setting LimitMEMLOCK"})
     assert unit_oracle.decides_the_engine({"what": "ExecStartPre[0] argv"})
     assert not unit_oracle.decides_the_engine({"what": "setting TimeoutStopUSec"})
+
+
+def test_a_flag_changed_in_place_is_seen_by_its_value_word_alone():
+    """The renderer keeps a changed flag where it stands: systemd's argv then differs in the value word only,
+    which is the control's own (the word after the flag), never 'no change of the control at all'."""
+    before = ["/usr/bin/python3", "-m", "sglang.launch_server", "--chunked-prefill-size", "4096", "--port", "30000"]
+    after = before[:4] + ["8192"] + before[5:]
+    diff = {"what": "ExecStart[0] argv", "before": before, "after": after,
+            "edits": unit_oracle.word_edits(before, after), "argv": {"before": before, "after": after}}
+    proof = one_control_proof([diff], {"kind": "arg", "name": "--chunked-prefill-size", "value": "8192"})
+    assert proof["ok"] and proof["seen"], proof
+    # the port's value changing is not the control's
+    moved = before[:6] + ["30001"]
+    other = {"what": "ExecStart[0] argv", "before": before, "after": moved,
+             "edits": unit_oracle.word_edits(before, moved), "argv": {"before": before, "after": moved}}
+    assert not one_control_proof([other], {"kind": "arg", "name": "--chunked-prefill-size", "value": "8192"})["ok"]
