@@ -56,10 +56,12 @@ RETURN = r"""
 cells:
   description: Per cell verdicts.
   type: list
+  sample: [{name: 1k, verdict: better, metrics: {e2e_s: {delta: -0.032}}}]
   returned: always
 decision:
   description: decision (acceptable, reject, inconclusive), rule, method (the error control) and reasons.
   type: dict
+  sample: {decision: acceptable, promotion_allowed: true, reasons: ['1k: E2E -3.2% better']}
   returned: always
 """
 

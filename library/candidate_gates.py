@@ -66,12 +66,14 @@ RETURN = r"""
 numerics:
   description: "The candidate's numerics record (numerics_probe's record), or null without C(numerics)."
   type: dict
+  sample: {verdict: pass, reason: 8/8 prompts identical}
   returned: always
 records:
   description: >-
     Every gate's record (gate, phase, inputs, observed, expected, verdict, reason, duration), in the order run,
     then the not-qualified ones; returned when a gate fails too.
   type: list
+  sample: [{gate: smoke, phase: candidate, verdict: pass, duration_s: 0.03}]
   elements: dict
   returned: always
 """

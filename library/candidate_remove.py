@@ -43,11 +43,13 @@ RETURN = r"""
 removed:
   description: The paths removed (or that would be, in check mode).
   type: list
+  sample: [/etc/systemd/system/sglang-candidate.service]
   elements: str
   returned: always
 reset_failed:
   description: Whether the candidate's failed state was cleared.
   type: bool
+  sample: false
   returned: always
 """
 

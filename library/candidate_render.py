@@ -62,10 +62,12 @@ candidate:
 comparison:
   description: "The written candidate's one difference from the original (null in check mode)."
   type: dict
+  sample: {difference: {control: 'env:NCCL_P2P_DISABLE', before: '1', after: '0'}}
   returned: always
 systemd_proof:
   description: "unit_oracle's result - systemd's readings of both units (null in check mode)."
   type: dict
+  sample: {proof: {ok: true, control: env NCCL_P2P_DISABLE, unexplained: [], warnings: []}}
   returned: always
 """
 

@@ -66,18 +66,22 @@ RETURN = r"""
 identity:
   description: The ready engine's MainPID, InvocationID and NRestarts ({} when it ended before).
   type: dict
+  sample: {MainPID: '4242', InvocationID: 5f1c0d6e2b8a4f0e9c7d3a1b2c4e6f80, NRestarts: '0'}
   returned: always
 container_compared:
   description: Whether the candidate's container was proven to differ from the original's in the one control.
   type: bool
+  sample: false
   returned: always
 scan:
   description: "With scan - the candidate's start-up log as journal_scan read it (crash, errors, proof, capacity...), else null."
   type: dict
+  sample: {crashed: false, errors: [], proof: {proven: true, kind: nccl_p2p}}
   returned: always
 version:
   description: "With read_version - the candidate engine's version record (engine_gate's record), else null."
   type: dict
+  sample: {gate: version, verdict: pass, observed: {version: 0.32.0}}
   returned: always
 ansible_facts:
   description: "With next_phase - rollout_progress (kind phase, the phase, the run id)."

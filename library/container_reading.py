@@ -61,12 +61,14 @@ RETURN = r"""
 reading:
   description: image, image_id, env, labels, entrypoint, cmd, user, workdir, stop_signal, mounts, host (values allow-listed or digests).
   type: dict
+  sample: {image: 'vllm/vllm-openai@sha256:ab...', env: {NCCL_P2P_DISABLE: '1'}}
   returned: always
 proof:
   description: >-
     ok, control, seen, unexplained (every other difference), with compare_with. For an image change
     the image, its id and the variables either image's own ENV sets are the control's.
   type: dict
+  sample: {ok: true, control: env NCCL_P2P_DISABLE, unexplained: []}
   returned: with compare_with
 """
 

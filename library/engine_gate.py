@@ -78,6 +78,7 @@ RETURN = r"""
 record:
   description: The gate record.
   type: dict
+  sample: {gate: smoke, phase: candidate, verdict: pass, observed: hello, duration_s: 0.03}
   returned: always
 """
 

@@ -39,22 +39,27 @@ RETURN = r"""
 stopped:
   description: Whether the unit is inactive or failed now.
   type: bool
+  sample: true
   returned: always
 escalated:
   description: Whether the stop needed the SIGKILL (the engine ignored its stop for deadline_s).
   type: bool
+  sample: false
   returned: always
 how:
   description: One line saying how the unit stopped.
   type: str
+  sample: systemctl stop
   returned: always
 elapsed_s:
   description: Seconds the stop took.
   type: float
+  sample: 2.1
   returned: always
 remaining:
   description: The unit's processes still alive when the stop failed (pid and command, redacted).
   type: list
+  sample: []
   returned: on failure
 """
 

@@ -45,10 +45,12 @@ begin:
 record:
   description: "The host's row as recorded (host, outcome, evidence...); null when the evidence folder is not writable (said as FLEET RECORD NOT WRITTEN, the play goes on)."
   type: dict
+  sample: {host: gpu-1, outcome: acceptable, verdict: acceptable, duration_s: 52.3}
   returned: op=record
 lost:
   description: The row marked lost.
   type: dict
+  sample: {host: gpu-2, outcome: lost, failure: controller killed}
   returned: op=lost
 """
 

@@ -85,31 +85,38 @@ RETURN = r"""
 source:
   description: nvml or process-scan.
   type: str
+  sample: nvml
   returned: always
 processes:
   description: pid, systemd unit, command line or (NVML) gpu and memory of each process.
   type: list
+  sample: [{pid: 4242, unit: sglang.service, gpu: 0}]
   returned: always
 waited_s:
   description: Seconds waited for the processes to exit.
   type: float
+  sample: 1.0
   returned: always
 terminated:
   description: The engine's processes that were terminated (pid, cmdline redacted, unit, signal that ended them).
   type: list
+  sample: []
   returned: with terminate
 foreign:
   description: Processes holding the GPUs that are not the engine's; never touched.
   type: list
+  sample: []
   returned: with terminate
 wedged:
   description: >-
     GPUs busy with no compute process (index, utilisation, power), or null without NVML (not measurable).
   type: list
+  sample: []
   returned: always
 summary:
   description: How long the wait took and which processes were terminated, for the console (empty when free at once).
   type: str
+  sample: GPUs free after 1.0 s
   returned: always
 """
 

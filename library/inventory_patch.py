@@ -42,14 +42,17 @@ file:
 patch:
   description: The unified diff of that file.
   type: str
+  sample: "serving_unit_recipe:\n  env:\n    NCCL_P2P_DISABLE: '0'\n"
   returned: success
 written:
   description: Whether the inventory file was written.
   type: bool
+  sample: true
   returned: success
 out:
   description: The folder of the patches.
   type: str
+  sample: /srv/serving-rollout/evidence/gpu-1/promotion-R1/inventory-patch.yml
   returned: success
 """
 

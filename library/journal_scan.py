@@ -107,6 +107,7 @@ scan:
     arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument;
     proof ({kind, proven, expected, saw}) when a proof is given.
   type: dict
+  sample: {crashed: false, errors: [], nccl: {versions: [2.28.9]}, collectives: {backend: nccl}}
   returned: always
 """
 

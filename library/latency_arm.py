@@ -90,14 +90,17 @@ cell:
     The merged cell (latency_cell's records of every chunk joined; telemetry per chunk; conditions,
     remeasured, disturbed) and, in a sequential candidate arm, its last look under C(sequential).
   type: dict
+  sample: {name: 1k, requests: [], failures: 0, elapsed_s: 1.2}
   returned: success
 verdict:
   description: "The endurance cell's verdict (ok, reason, requests, failures, drift, drift_limit), with C(duration_s)."
   type: dict
+  sample: {verdict: pass, reason: 20 requests over 4.6 s, none failed}
   returned: with duration_s, when the cell completed
 scan:
   description: "The candidate's journal read after the endurance cell (journal_scan's scan), with C(duration_s)."
   type: dict
+  sample: {errors: []}
   returned: with duration_s, when the cell completed
 """
 

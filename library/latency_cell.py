@@ -84,6 +84,7 @@ lease_renewals:
 lease_problem:
   description: Why a renewal failed (a full state folder), else null; the renewals ended there.
   type: str
+  sample: ''
   returned: always
 cell:
   description: >-
@@ -91,6 +92,7 @@ cell:
     conditions (what could disturb the timings), remeasured (discarded attempts and why), disturbed
     (why the kept attempt still differs from the reference, or null), engine_metrics (with engine).
   type: dict
+  sample: {name: 1k, requests: [{ttft_s: 0.022, e2e_s: 0.146}], failures: 0}
   returned: always
 """
 

@@ -55,16 +55,19 @@ RETURN = r"""
 written:
   description: Files written (or that would be, in check mode).
   type: list
+  sample: [/etc/systemd/system/sglang.service]
   elements: str
   returned: always
 removed:
   description: Files removed (or that would be).
   type: list
+  sample: []
   elements: str
   returned: always
 restored:
   description: Files put back from the verified copy (state=restored, or after a failed install).
   type: list
+  sample: []
   elements: str
   returned: always
 """

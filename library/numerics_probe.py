@@ -83,6 +83,7 @@ record:
       comparison (with a reference - prompts identical, agreement, first_divergence,
       max_logprob_drift, divergences, tolerance), verdict (pass, fail, recorded, error) and reason.
   type: dict
+  sample: {phase: candidate, verdict: pass, reason: 8/8 prompts identical}
   returned: always
 """
 

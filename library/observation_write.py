@@ -53,6 +53,7 @@ written:
 error:
   description: What stopped the writing (the path and the cause).
   type: str
+  sample: ''
   returned: failed while writing
 """
 

@@ -87,22 +87,27 @@ RETURN = r"""
 candidate_present:
   description: Whether a candidate was loaded or running when the restore began.
   type: bool
+  sample: true
   returned: always
 candidate_stop:
   description: The candidate's stop (stopped, escalated, how), or null when none was left.
   type: dict
+  sample: {stopped: true, escalated: false}
   returned: always
 gpu:
   description: "The GPU wait (summary, terminated: the processes ended), or null when the original served on them."
   type: dict
+  sample: {summary: GPUs free after 1.0 s, terminated: []}
   returned: always
 manifest:
   description: The snapshot manifest the files were checked against, or null when the put-back ended before it.
   type: dict
+  sample: {unit: sglang.service, files: [{path: /etc/systemd/system/sglang.service}]}
   returned: always
 ansible_facts:
   description: rollout_progress - the last phase recorded (restoring or restored), for the CLI and the interrupted callback.
   type: dict
+  sample: {rollout_progress: {kind: phase, phase: restored, run_id: 20261205T120000Z}}
   returned: when a phase was recorded
 """
 

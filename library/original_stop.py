@@ -68,22 +68,27 @@ ansible_facts:
 container:
   description: The original container's reading (container_reading's reading), or null.
   type: dict
+  sample: null
   returned: always
 version:
   description: The original engine's version record (engine_gate's record), or null.
   type: dict
+  sample: null
   returned: always
 stop_attempted:
   description: Whether the stop was asked for (a restore then expects a new invocation of the original).
   type: bool
+  sample: true
   returned: always
 stop:
   description: The stop (stopped, escalated, how), or null when it ended before.
   type: dict
+  sample: {stopped: true, escalated: false, how: systemctl stop}
   returned: always
 gpu:
   description: "The GPU wait (summary, terminated: the processes ended), or null when it ended before."
   type: dict
+  sample: {summary: GPUs free after 1.0 s, terminated: []}
   returned: always
 """
 

@@ -57,27 +57,33 @@ RETURN = r"""
 proven:
   description: Whether every check passed.
   type: bool
+  sample: true
   returned: always
 state:
   description: The unit's systemd properties the proof checks, and C(keys).
   type: dict
+  sample: {ActiveState: active, UnitFileState: enabled, NRestarts: '0'}
   returned: always
 files:
   description: The snapshot's file entries proven byte for byte.
   type: list
+  sample: [{path: /etc/systemd/system/sglang.service, same: true}]
   elements: dict
   returned: always
 container:
   description: The container's inspect line (name, image id, image reference), or null.
   type: str
+  sample: ''
   returned: always
 scan:
   description: The journal's reading (journal_scan's scan), or null when the proof ended before it.
   type: dict
+  sample: {crashed: false, errors: []}
   returned: always
 gates:
   description: The gates' records, in order.
   type: list
+  sample: [{gate: smoke, verdict: pass}]
   elements: dict
   returned: always
 """

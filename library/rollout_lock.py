@@ -118,18 +118,21 @@ lock:
 held:
   description: Whether this token holds the lock (state=held).
   type: bool
+  sample: true
   returned: when state is held
 stale:
   description: >-
     The lock taken over because the host rebooted after it was taken, or its holder is dead and never began to
     stop the original (its content), else absent.
   type: dict
+  sample: {run_id: 20261205T110000Z, holder: ops@ctl pid 4242}
   returned: when a stale lock was taken over
 unwritten:
   description: >-
     On a failure: no lock was there and none could be written (a full state folder): nobody holds the host, so
     a rollback with nothing to put back may still prove it.
   type: bool
+  sample: false
   returned: when the lock could not be written
 stale_reason:
   description: Why the stale lock was taken over.
@@ -139,10 +142,12 @@ stale_reason:
 lease:
   description: The lease file renewed (state=held with lease_s, when held), else null.
   type: str
+  sample: /var/lib/serving-rollout/sglang.service.lock.lease
   returned: when state is held
 previous:
   description: The holder replaced by steal, if any.
   type: dict
+  sample: {run_id: 20261205T110000Z, holder: ops@ctl pid 4242}
   returned: when stolen
 """
 

@@ -52,10 +52,12 @@ RETURN = r"""
 state:
   description: What the state file holds now.
   type: dict
+  sample: {phase: candidate-running, run_id: 20261205T120000Z}
   returned: always
 ansible_facts:
   description: rollout_progress - kind phase, the phase and the run id.
   type: dict
+  sample: {rollout_progress: {kind: phase, phase: candidate-running, run_id: 20261205T120000Z}}
   returned: always
 """
 

@@ -49,6 +49,7 @@ record:
 trust:
   description: verdict, promotion_allowed, decision_sha256 and problems (empty when trusted).
   type: dict
+  sample: {problems: [], decision: acceptable}
   returned: op=trust
 """
 

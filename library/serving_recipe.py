@@ -102,30 +102,37 @@ RETURN = r"""
 managed:
   description: With managed - recipe (the equivalent serving recipe, no secret values) and problems (what it cannot hold).
   type: dict
+  sample: {recipe: {unit: sglang.service}, problems: []}
   returned: with managed
 unit:
   description: Name, fragment path, drop-in paths and state from systemctl show.
   type: dict
+  sample: {name: sglang.service, FragmentPath: /etc/systemd/system/sglang.service, ActiveState: active}
   returned: always
 files:
   description: Unit, drop-ins and EnvironmentFiles with sha256 and kind.
   type: list
+  sample: [{path: /etc/systemd/system/sglang.service, kind: unit, sha256: 1087a0e9...}]
   returned: always
 recipe:
   description: The parsed recipe, secrets redacted; nccl_config holds the NCCL sources and effective values.
   type: dict
+  sample: {engine: sglang, runtime: process, model: Qwen/Qwen3-8B, tp_size: '2'}
   returned: always
 text_redacted:
   description: The unit file with secret values redacted, for diffs.
   type: str
+  sample: "[Service]\nEnvironment=NCCL_P2P_DISABLE=1\n"
   returned: always
 candidate:
   description: The one difference, the rendered text's sha256, the text redacted, and dest.
   type: dict
+  sample: {difference: {control: 'env:NCCL_P2P_DISABLE', before: '1', after: '0'}}
   returned: when change is given
 comparison:
   description: The one difference from compare_path.
   type: dict
+  sample: {difference: {control: 'env:NCCL_P2P_DISABLE', before: '1', after: '0'}}
   returned: when compare_path is given
 """
 

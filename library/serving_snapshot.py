@@ -51,15 +51,18 @@ RETURN = r"""
 manifest:
   description: The snapshot manifest (unit, state, files with sha256).
   type: dict
+  sample: {unit: sglang.service, files: [{path: /etc/systemd/system/sglang.service}]}
   returned: always
 snapshot_path:
   description: Folder holding the manifest and copies.
   type: str
+  sample: /var/lib/serving-rollout/sglang.service
   returned: always
 both_versions:
   description: "Each changed file's both versions (a unit's diff, an EnvironmentFile's changed variable names; values
     redacted) - when a snapshot is replaced, or refused because the files changed."
   type: list
+  sample: []
   elements: str
   returned: when an existing snapshot differs from the files
 changed_files:

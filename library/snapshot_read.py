@@ -37,14 +37,17 @@ RETURN = r"""
 found:
   description: Whether the snapshot exists.
   type: bool
+  sample: true
   returned: always
 manifest:
   description: The snapshot manifest (unit, state, files with sha256), or null without one.
   type: dict
+  sample: {unit: sglang.service, files: []}
   returned: always
 promoted:
   description: Whether a promotion record is there (rollback returns to the snapshot's original).
   type: bool
+  sample: false
   returned: always
 clean:
   description: Whether nothing is left to put back (read from systemd's state of both units and the promotion record).
@@ -55,6 +58,7 @@ state:
   description: "The unit's ActiveState, UnitFileState, LoadState, NRestarts and InvocationID, read when there is no
     snapshot (empty otherwise)."
   type: dict
+  sample: {ActiveState: active}
   returned: always
 """
 

@@ -35,11 +35,13 @@ RETURN = r"""
 manifest:
   description: The new snapshot manifest (unit, state, files with sha256, taken_at, replaced).
   type: dict
+  sample: {unit: sglang.service, files: []}
   returned: success
 both_versions:
   description: "Each changed file's both versions (a unit's diff, an EnvironmentFile's changed variable names; values
     redacted); empty when the snapshot already matched."
   type: list
+  sample: []
   elements: str
   returned: always
 """

@@ -65,10 +65,12 @@ proof:
     runs and with what - Exec argv, environment, user, directories, limits - which refuses the candidate), warnings
     (differences in any other setting, a restart policy or a timeout - shown, not refused).
   type: dict
+  sample: {ok: true, control: env NCCL_P2P_DISABLE, unexplained: [], warnings: []}
   returned: always
 differences:
   description: Every difference between the two readings (what, before, after; values redacted).
   type: list
+  sample: [{what: environment NCCL_P2P_DISABLE, before: '1', after: '0'}]
   returned: always
 """
 

@@ -62,6 +62,8 @@ def test_module_docs_render_and_match_the_argument_spec(name, monkeypatch):
     for key, entry in returns.items():
         assert isinstance(entry, dict) and entry.get("description") and entry.get("type"), (name, key, entry)
         assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key), (name, key)  # no keys made of description text
+        # community.general's skeleton: a reader sees the shape of every value (issue 47)
+        assert "sample" in entry or "contains" in entry, f"{name} RETURN {key} has neither a sample nor contains"
 
 
 def test_every_tasks_from_entry_point_has_an_argument_spec():
