@@ -29,7 +29,9 @@ def clean_lab():
             "/etc/systemd/system/quoting.service", "/etc/systemd/system/quoting-candidate.service",
             "/etc/systemd/system/docker-unpinned.service", "/etc/systemd/system/percent.service",
             "/etc/systemd/system/percent-candidate.service", "/etc/systemd/system/exported.service",
-            "/etc/sglang/exported.env")
+            "/etc/sglang/exported.env", "/etc/systemd/system/planted.service",
+            "/etc/systemd/system/planted-candidate.service", "/etc/systemd/system/official.service",
+            "/etc/systemd/system/official-candidate.service")
         lab("systemctl", "daemon-reload")
     clean()
     before = original_state()
@@ -124,6 +126,62 @@ def test_an_export_line_systemd_ignores_makes_a_p2p_candidate_a_no_op_refused_wi
             in re.sub(r"\s+", " ", result.stdout)), result.stdout[-3000:]
     assert lab("test", "-e", "/etc/systemd/system/exported-candidate.service", check=False).returncode == 1
     assert lab("test", "-e", "/var/lib/serving-rollout/exported.service", check=False).returncode == 1
+
+
+PLANTED_UNIT = """[Unit]
+Description=planted
+Requires=sysinit.target
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+StartLimitIntervalSec=60
+Environment="PATH=/usr/local/cuda/bin:$PATH" HOME_NOTE=${HOME}
+Environment=NCCL_P2P_DISABLE=1
+ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /srv/m --tp-size 2 --port 30000
+"""
+
+
+def test_a_unit_systemd_runs_fine_with_path_home_a_set_of_dependencies_and_an_unknown_key_gets_its_candidate():
+    """Issue 49, on real systemd 252: `$PATH` and `${HOME}` in Environment= reach systemd's probe untouched (the
+    module once expanded them to its own), `Requires=`/`Wants=` are compared as sets across daemon-reloads, and
+    systemd's load warning for an unknown [Service] key that names nothing the engine runs is shown, not a
+    refusal. Rendered twice around a daemon-reload: the same reading, no difference, no change."""
+    lab("sh", "-c", f"cat > /etc/systemd/system/planted.service <<'EOF'\n{PLANTED_UNIT}EOF\nsystemctl daemon-reload")
+    first = render(serving_recipe_unit="planted.service")
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "Unknown key" in first.stdout and "StartLimitIntervalSec" in first.stdout  # shown as a warning
+    shown = lab("systemctl", "show", "-p", "Environment", "planted-candidate.service").stdout
+    assert "PATH=/usr/local/cuda/bin:$PATH" in shown and "HOME_NOTE=${HOME}" in shown, shown
+    lab("systemctl", "daemon-reload")
+    second = render(serving_recipe_unit="planted.service")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", second.stdout), second.stdout[-3000:]
+
+
+OFFICIAL_UNIT = """[Service]
+Environment=NCCL_P2P_DISABLE=1
+ExecStart=/usr/bin/podman run --rm --name official -e NCCL_P2P_DISABLE {image} Qwen/Qwen3-8B --tensor-parallel-size 2
+"""
+
+
+@pytest.mark.parametrize("image, problem", [
+    ("docker.io/vllm/vllm-openai@sha256:" + "ab" * 32, None),
+    ("docker.io/vllm/vllm-openai:latest", "image 'docker.io/vllm/vllm-openai:latest' is not pinned by digest"),
+])
+def test_the_official_vllm_image_takes_its_model_as_a_word_pinned_or_refused_for_the_pin(image, problem):
+    """Issue 49: the official image's entrypoint is `vllm serve`, so the word after it is the model: adopted and
+    rendered when pinned, refused for the pin (never as "a launcher") when not."""
+    lab("sh", "-c", f"cat > /etc/systemd/system/official.service <<'EOF'\n{OFFICIAL_UNIT.format(image=image)}EOF\n"
+                    "systemctl daemon-reload")
+    result = render(serving_recipe_unit="official.service")
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert "launcher" not in text, text[-3000:]
+    if problem:
+        assert result.returncode != 0 and problem in text, text[-3000:]
+        return
+    assert result.returncode == 0, text[-3000:]
+    assert "Qwen/Qwen3-8B --tensor-parallel-size 2" in exec_argv("official-candidate.service")
 
 
 def test_unknown_candidate_id_lists_the_valid_ones():
