@@ -128,3 +128,22 @@ def test_a_gloo_engine_gets_no_nccl_control_only_what_it_can_take():
     assert skipped["p2p"] == "the engine's collectives run on gloo, not NCCL: an NCCL control changes nothing"
     report = proposal.report("lab-vllm", "vllm.service", proposal.pins(recipe, facts["scan"], {}), plan)
     assert "## Not proposed" in report and "- p2p: the engine's collectives run on gloo" in report
+
+
+def test_a_decode_prediction_from_the_peer_path_evidence_is_the_p2p_candidates_predicted_effect():
+    """The real H200 peer-path all-reduce A/B through the decode model (module_utils/decode_model.py), as the
+    peer-path playbook records it: the proposal shows its saved time per token and names its evidence."""
+    from serving_rollout.module_utils import decode_model
+
+    comparison = H200["peer-path"]["peer_path"]["allreduce"]["comparison"]
+    measured = {arm: {c["bytes"]: c[arm]["median_us"] for c in comparison} for arm in ("no_p2p", "p2p")}
+    # 61 layers x 2 all-reduces of 43008 B a token: the handoff's 122 all-reduces of 43 KB (domain-notes.md)
+    shape = decode_model.shape_from_config({"num_hidden_layers": 61, "hidden_size": 21504, "torch_dtype": "bfloat16"})
+    prediction = decode_model.predict(shape, measured["no_p2p"], measured["p2p"])
+    facts = {**example_host(), "prediction": {"evidence": "gpu-1/peer-path-1/peer-path-observation.json",
+                                              "prediction": prediction}}
+    p2p = proposal.propose(facts)["candidates"][0]
+    assert p2p["predicted"]["known"] and p2p["predicted"]["evidence"].endswith("peer-path-observation.json")
+    assert p2p["predicted"]["saved_per_token_ms"] == prediction["saved_per_token_ms"]
+    assert p2p["predicted"]["text"].endswith("ms saved per decoded token (the decode model: all-reduce count x the "
+                                             "peer-path probe's latencies)")
