@@ -160,7 +160,14 @@ from ansible.module_utils.unit_recipe import (
     render_sections,
     values,
 )
-from ansible.module_utils.unit_shapes import ShapeError, adopt, candidate_refusal, complete_facts, finding_line
+from ansible.module_utils.unit_shapes import (
+    ShapeError,
+    adopt,
+    candidate_refusal,
+    complete_facts,
+    finding_line,
+    ignored_note,
+)
 
 SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
               "InvocationID", "NeedDaemonReload", "ExecMainPID")
@@ -330,8 +337,8 @@ def refuse_candidate(module, params, recipe, nccl, env_texts, result):
     change = params["change"]
     problem = change_problem(nccl["sources"], change.get("name"), change.get("value")) \
         if change.get("kind") == "env" else None
-    if problem:
-        module.fail_json(msg=f"candidate refused: {problem}", **result)
+    if problem:  # a line systemd ignores is why the variable reads as it does: said first
+        module.fail_json(msg=f"candidate refused: {ignored_note(env_texts, change.get('name'))}{problem}", **result)
 
 
 def render_candidate(module, params, recipe, sections, env_texts, result):

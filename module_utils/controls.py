@@ -56,9 +56,7 @@ CATALOG = [
     {"id": "p2p", "group": "transport",
      "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (value set0, the default) or is "
              "removed (value drop)",
-     # NCCL takes an unset NCCL_P2P_DISABLE for 0: a candidate that makes an unset one 0 changes nothing.
-     "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$value", "unset_means": "0"}
-             for engine in ENGINES},
+     "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$value"} for engine in ENGINES},
      "value": {"choices": ["set0", "drop"], "unset": "set0", "map": {"set0": "0", "drop": None}},
      "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
      "proof": {"kind": "nccl_p2p"}, "requires": ["capture", "peer_path"], "after": [],

@@ -28,6 +28,9 @@ class StartWatch:
         # auto-restart: the engine exited and systemd waits to start it again (Restart=on-failure/always)
         if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
             self.lines = (self.lines + (self.new_lines() or []))[-2000:]  # its last lines, logged as it died
+            # a process that exits at once can have its lines stored before journald knew its invocation: the
+            # unit's own last lines then (the failed start is the unit's latest)
+            self.lines = self.lines or self.unit_tail()
             read = read_log(self.engine, "\n".join(self.lines)) if self.lines else {}
             cause = read.get("cause")
             self.phase = read.get("crash_phase") or phase_of(self.engine, self.lines) or self.phase
@@ -52,6 +55,11 @@ class StartWatch:
         entries = journal_entries(out)
         self.cursor = next((entry["cursor"] for entry in reversed(entries) if entry["cursor"]), None) or self.cursor
         return [redact_line(line, self.secrets) for entry in entries for line in entry["lines"]]
+
+    def unit_tail(self, count=200):
+        """The unit's last journal lines whatever their invocation field, redacted."""
+        _, out, _ = self.run(["journalctl", "-u", self.unit, "-n", str(count), *JOURNAL_JSON, "--no-pager"])
+        return [redact_line(line, self.secrets) for entry in journal_entries(out) for line in entry["lines"]]
 
     def progress(self):
         """(marker, last line) of the start-up's progress; the new lines also give the phase and any crash."""

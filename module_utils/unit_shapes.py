@@ -393,35 +393,23 @@ def candidate_refusal(unit_name, recipe, change, accept_systemd_reading=False):
 
 
 def env_no_op(recipe, change):
-    """Why an env candidate changes nothing the engine sees, or None. The before-value is what systemd (and, for a
-    container, docker) passes the engine, never the file's text: an `export` line systemd ignores leaves the
-    variable unset; docker's --env-file keeps quotes. `unset_means` (the catalog's) is what the engine takes an
-    unset variable for."""
-    name, after, unset_means = change.get("name"), change.get("value"), change.get("unset_means")
+    """Why an env candidate cannot be judged from the value it appears to change, or None. docker's --env-file keeps
+    quotes: a quoted value is not the value it looks like. (Whether an NCCL variable's change changes what NCCL
+    reads - an unset one is NCCL's default - is nccl_config.change_problem's, the one source of NCCL's defaults.)"""
+    name, after = change.get("name"), change.get("value")
     before = recipe["env"].get(name)
-    quoted = docker_quotes(recipe, name, before, after)
-    if quoted or _seen_as(before, unset_means) != _seen_as(after, unset_means):
-        return quoted
-    ignored = [f"systemd ignores `{line.partition('=')[0]}={shown(name, line.partition('=')[2])}` in {path} (an "
-               "EnvironmentFile is not a shell script)"
-               for path, text in (recipe.get("env_file_texts") or {}).items() for line in ignored_env_lines(text, name)]
-    seen = f"{name} is unset" if before is None else f"{name}={shown(name, before)}"
-    return (f"no change: {'; '.join(ignored + [''])}{seen} in what systemd passes the engine"
-            f"{f' (unset is {unset_means})' if before is None and unset_means is not None else ''}, and the "
-            f"candidate would make it {'unset' if after is None else shown(name, after)}: the engine would see "
-            "the same")
-
-
-def _seen_as(value, unset_means):
-    """What the engine takes a variable for: its value, or for an unset one what the catalog says unset is."""
-    return str(unset_means if value is None else value) if value is not None or unset_means is not None else None
-
-
-def docker_quotes(recipe, name, before, after):
-    """docker passes an --env-file value's quotes to the container: a quoted value is not the value it looks like."""
     if recipe["runtime"] != "docker" or before is None or len(before) < 2 or before[0] != before[-1] \
             or before[0] not in "'\"" or before[1:-1] == after:
         return None
     return (f"docker passes the quotes of {name}={shown(name, before)} (its --env-file is not a shell file): the "
             f"engine sees {shown(name, before)}, not {shown(name, before[1:-1])}, so a candidate written against "
             f"{shown(name, before[1:-1])} would not change what it reads; remove the quotes in the --env-file first")
+
+
+def ignored_note(env_texts, name):
+    """The EnvironmentFile lines that look like they set `name` but that systemd ignores, as the start of a
+    refusal ('' when there are none): why the tool reads the variable as unset."""
+    ignored = [f"systemd ignores `{line.partition('=')[0]}={shown(name, line.partition('=')[2])}` in {path} (an "
+               "EnvironmentFile is not a shell script)"
+               for path, text in (env_texts or {}).items() for line in ignored_env_lines(text, name)]
+    return "".join(f"{note}; " for note in ignored)

@@ -121,9 +121,9 @@ def test_an_export_line_systemd_ignores_makes_a_p2p_candidate_a_no_op_refused_wi
                     "systemctl daemon-reload")
     result = render(serving_recipe_unit="exported.service")
     assert result.returncode != 0, result.stdout[-3000:]
-    assert ("no change: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/sglang/exported.env (an EnvironmentFile "
-            "is not a shell script); NCCL_P2P_DISABLE is unset in what systemd passes the engine (unset is 0)"
-            in re.sub(r"\s+", " ", result.stdout)), result.stdout[-3000:]
+    assert ("candidate refused: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/sglang/exported.env (an "
+            "EnvironmentFile is not a shell script); the candidate does not change the effective NCCL_P2P_DISABLE: "
+            "'0' before (from NCCL's default), '0' after" in re.sub(r"\s+", " ", result.stdout)), result.stdout[-3000:]
     assert lab("test", "-e", "/etc/systemd/system/exported-candidate.service", check=False).returncode == 1
     assert lab("test", "-e", "/var/lib/serving-rollout/exported.service", check=False).returncode == 1
 
@@ -150,8 +150,10 @@ def test_a_unit_systemd_runs_fine_with_path_home_a_set_of_dependencies_and_an_un
     lab("sh", "-c", f"cat > /etc/systemd/system/planted.service <<'EOF'\n{PLANTED_UNIT}EOF\nsystemctl daemon-reload")
     first = render(serving_recipe_unit="planted.service")
     assert first.returncode == 0, first.stdout[-3000:]
-    assert "Unknown key" in first.stdout and "StartLimitIntervalSec" in first.stdout  # shown as a warning
-    shown = lab("systemctl", "show", "-p", "Environment", "planted-candidate.service").stdout
+    said = first.stdout + first.stderr  # Ansible prints a module's warnings on stderr
+    assert "Unknown key 'StartLimitIntervalSec' in section [Service], ignoring" in said, said[-3000:]  # shown
+    # systemctl show escapes a literal $ as \$: the value is the unit's own words, never expanded
+    shown = lab("systemctl", "show", "-p", "Environment", "planted-candidate.service").stdout.replace("\\$", "$")
     assert "PATH=/usr/local/cuda/bin:$PATH" in shown and "HOME_NOTE=${HOME}" in shown, shown
     lab("systemctl", "daemon-reload")
     second = render(serving_recipe_unit="planted.service")

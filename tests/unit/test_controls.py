@@ -328,11 +328,9 @@ def test_a_json_valued_flag_is_proven_from_the_dict_vllm_dumps():
 
 
 def test_p2ps_mode_is_its_value_and_an_nccl_proof_is_the_catalogs_to_say():
-    assert controls.change_for("p2p", "vllm") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0",
-                                                  "unset_means": "0"}
+    assert controls.change_for("p2p", "vllm") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "0"}
     assert controls.change_for("p2p", "sglang", "set0")["value"] == "0"
-    assert controls.change_for("p2p", "sglang", "drop") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": None,
-                                                            "unset_means": "0"}
+    assert controls.change_for("p2p", "sglang", "drop") == {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": None}
     with pytest.raises(controls.ControlError, match="'p2p' needs one of set0, drop, got 'off'"):
         controls.change_for("p2p", "sglang", "off")
     assert [cid for cid in controls.ids() if controls.proven_by_nccl(controls.entry(cid).get("proof"))] == \

@@ -76,3 +76,23 @@ def test_a_crash_after_a_progress_bar_in_one_journal_message_ends_the_watch_with
     assert "blob data" not in line and "\x1b" not in line and "\r" not in line, line
     failed = watch.unit_failed()
     assert failed.startswith("vllm.service logged a crash (phase cuda-graph-capture)"), failed
+
+
+def test_a_failed_start_whose_lines_lack_its_invocation_is_read_from_the_units_own_last_lines():
+    """Under load journald stored a process's last lines before it knew their invocation (the lab's progress-bars
+    unit, exiting at once: 'nothing logged'): the failed unit's cause then comes from the unit's own last lines."""
+    crash = ["Capturing CUDA graphs (decode, FULL):  80%|########  | 4/5",
+             "[rank0]: RuntimeError: CUDA error: out of memory"]
+    host = ScriptedHost([[]], state="ActiveState=failed\nSubState=failed\n")
+    original = host.__call__
+
+    def run(argv):  # the invocation-scoped read finds nothing; the unit's read has the crash
+        if argv[:3] == ["journalctl", "-u", "progress-bars.service"]:
+            host.calls.append(argv)
+            return 0, "".join(journal_json(line, f"s=1;i={n}") for n, line in enumerate(crash)), ""
+        return original(argv)
+
+    watch = StartWatch(run, "vllm", "progress-bars.service", secrets=[])
+    said = watch.unit_failed()
+    assert said == ("progress-bars.service is failed/failed (phase cuda-graph-capture); cause: RuntimeError: CUDA "
+                    "error: out of memory"), said

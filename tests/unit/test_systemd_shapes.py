@@ -9,7 +9,7 @@ import yaml
 from conftest import FIXTURES
 
 from serving_rollout import recipe as serving_recipe
-from serving_rollout.module_utils import controls, recipe_adopt, unit_recipe, unit_shapes
+from serving_rollout.module_utils import controls, nccl_config, recipe_adopt, unit_recipe, unit_shapes
 
 SHAPES = yaml.safe_load((FIXTURES / "systemd" / "adoption-shapes.yml").read_text())
 READINGS = json.loads((FIXTURES / "systemd" / "adoption-readings.json").read_text())["readings"]
@@ -139,19 +139,20 @@ def test_a_failed_environment_probe_names_its_exit_code_and_what_it_said_secrets
 def test_a_p2p_candidate_over_an_export_line_systemd_ignores_is_a_no_op_refused_with_the_truth():
     """Issue 49: `export NCCL_P2P_DISABLE=1` in an EnvironmentFile - systemd 252 ignored it in the lab (the recorded
     reading has no NCCL_P2P_DISABLE) - was read as 1, and a p2p candidate was written as 1 -> 0 while the engine
-    saw unset -> 0: the same P2P. Now the before-value is systemd's, and the candidate is refused for it, even
-    with systemd's reading accepted."""
+    saw unset -> 0: the same P2P. Now the variable reads as systemd's unset, NCCL's own default decides that the
+    candidate changes nothing (nccl_config, the one source of NCCL's defaults), and the refusal says why first."""
     shape = next(s for s in SHAPES if s["id"] == "export lines and inline comments in an EnvironmentFile")
     assert "NCCL_P2P_DISABLE" not in READINGS[shape["id"]]["env"]
     recipe = adopt(shape)
-    change = controls.change_for("p2p", "sglang")
-    refusal = unit_shapes.candidate_refusal(shape["unit"], recipe, change, accept_systemd_reading=True)
-    assert refusal == ("no change: systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/shapes/export.env (an "
-                       "EnvironmentFile is not a shell script); NCCL_P2P_DISABLE is unset in what systemd passes the "
-                       "engine (unset is 0), and the candidate would make it 0: the engine would see the same")
-    # dropping it is no change either; a real change (NCCL_ALGO) is not refused for this
-    assert unit_shapes.env_no_op(recipe, controls.change_for("p2p", "sglang", "drop")).startswith("no change:")
-    assert unit_shapes.env_no_op(recipe, {"kind": "env", "name": "NCCL_ALGO", "value": "Tree"}) is None
+    assert "NCCL_P2P_DISABLE" not in recipe["env"]
+    sources = [{"source": "process-env", "path": "unit", "values": nccl_config.nccl_only(recipe["env"])}]
+    problem = nccl_config.change_problem(sources, "NCCL_P2P_DISABLE", "0")
+    assert problem.startswith("the candidate does not change the effective NCCL_P2P_DISABLE: '0' before (from "
+                              "NCCL's default), '0' after"), problem
+    assert unit_shapes.ignored_note(recipe["env_file_texts"], "NCCL_P2P_DISABLE") == (
+        "systemd ignores `export NCCL_P2P_DISABLE=1` in /etc/shapes/export.env (an EnvironmentFile is not a shell "
+        "script); ")
+    assert unit_shapes.ignored_note(recipe["env_file_texts"], "NCCL_ALGO") == ""
 
 
 def test_docker_passes_an_env_files_quotes_so_the_value_is_not_the_one_it_looks_like():
