@@ -326,8 +326,7 @@ def read_running(module, unit, state, recipe, reading):
 def refuse_candidate(module, params, recipe, nccl, env_texts, result):
     """A candidate this unit cannot have is refused with its reason, before anything is rendered (the
     EnvironmentFiles' texts, kept on the host, name a line systemd ignores)."""
-    problem = candidate_refusal(params["unit"], {**recipe, "env_file_texts": env_texts}, params["change"],
-                                params["accept_systemd_reading"])
+    problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
     if problem:
         module.fail_json(msg=f"candidate refused: {problem}", **result)
     secrets = inline_secrets(recipe)

@@ -389,12 +389,12 @@ def candidate_refusal(unit_name, recipe, change, accept_systemd_reading=False):
     if change.get("name") in recipe["shape"]["env_prefix"]:
         return (f"{change.get('name')} is set on ExecStart's command line by `env`, which wins over the unit's "
                 "environment: change it there")
-    return env_no_op(recipe, change)
+    return docker_quotes(recipe, change)
 
 
-def env_no_op(recipe, change):
-    """Why an env candidate cannot be judged from the value it appears to change, or None. docker's --env-file keeps
-    quotes: a quoted value is not the value it looks like. (Whether an NCCL variable's change changes what NCCL
+def docker_quotes(recipe, change):
+    """Why an env candidate cannot be judged from the value it appears to change, or None: docker's --env-file keeps
+    quotes, so a quoted value is not the value it looks like. (Whether an NCCL variable's change changes what NCCL
     reads - an unset one is NCCL's default - is nccl_config.change_problem's, the one source of NCCL's defaults.)"""
     name, after = change.get("name"), change.get("value")
     before = recipe["env"].get(name)

@@ -162,8 +162,7 @@ def test_docker_passes_an_env_files_quotes_so_the_value_is_not_the_one_it_looks_
             "lmsysorg/sglang@sha256:" + "a" * 64 + " python3 -m sglang.launch_server --model-path /m --tp-size 2\n")
     env = {"/etc/sglang/docker.env": 'NCCL_P2P_DISABLE="1"\nHF_TOKEN="hf_secret_0a1"\n'}
     recipe = unit_recipe.parse_recipe(unit_recipe.parse_unit_text(unit), env)
-    recipe["env_file_texts"] = env
     assert recipe["env"]["NCCL_P2P_DISABLE"] == '"1"'
-    refusal = unit_shapes.env_no_op(recipe, controls.change_for("p2p", "sglang"))
+    refusal = unit_shapes.docker_quotes(recipe, controls.change_for("p2p", "sglang"))
     assert refusal.startswith('docker passes the quotes of NCCL_P2P_DISABLE="1"'), refusal
-    assert unit_shapes.env_no_op(recipe, {"kind": "env", "name": "HF_TOKEN", "value": "x"}).count("hf_secret") == 0
+    assert unit_shapes.docker_quotes(recipe, {"kind": "env", "name": "HF_TOKEN", "value": "x"}).count("hf_secret") == 0
