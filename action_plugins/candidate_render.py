@@ -1,7 +1,9 @@
 """Action plugin: render the one-control candidate and prove it in systemd's own reading, one module after
 another on the host; the first that fails ends it with its step and message.
 
-1. (adopted unit) the candidate rendered in memory, so a refused change writes nothing (serving_recipe);
+1. (adopted unit, or any engine build) the candidate rendered in memory, so a refused change writes nothing
+   (serving_recipe); an engine build's two builds asked for their versions and the new one's parser for the
+   original's arguments (read_build);
 2. a verified snapshot of the original, the restore recipe (serving_snapshot);
 3. (adopted unit) the candidate written, parsed back, its diff against the original shown redacted
    (serving_recipe with dest); a managed unit's candidate was written from its recipe before this action;
@@ -26,7 +28,8 @@ class ActionModule(StepsAction):
     _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
 
     def initial(self):
-        return {"changed": False, "snapshot": None, "candidate": None, "comparison": None, "systemd_proof": None}
+        return {"changed": False, "snapshot": None, "candidate": None, "comparison": None, "systemd_proof": None,
+                "build": None}
 
     def steps(self, args, steps, done):
         unit, path = args["unit"], f"{UNIT_DIR}/{args['candidate_unit']}"
@@ -36,8 +39,16 @@ class ActionModule(StepsAction):
         render_args = {**recipe_args, "accept_systemd_reading": boolean(args.get("accept_systemd_reading", False),
                                                                         strict=False),
                        "copy_dir": args.get("copy_dir") or None}
-        if not managed:
-            steps.module("render the candidate in memory", "serving_recipe", **render_args)
+        engine_build = (args["change"] or {}).get("kind") == "program"
+        if not managed or engine_build:
+            # An engine build is asked here, before anything is written: both builds' versions, and the new
+            # build's own parser reading the original's arguments (module_utils/engine_build.py).
+            read = steps.module("render the candidate in memory" + (
+                " and ask both engine builds (versions, the new parser on the original's arguments)"
+                if engine_build else ""), "serving_recipe", read_build=engine_build, **render_args)
+            done["build"] = read.get("build")
+            if done["build"]:
+                steps.say(f"engine build: {done['build']['delta']}")
         done["snapshot"] = steps.module("keep a verified snapshot of the original", "serving_snapshot", unit=unit,
                                         files=args["snapshot_files"], state=args["snapshot_state"],
                                         dest=args["snapshot_dest"])

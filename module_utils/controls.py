@@ -139,6 +139,17 @@ CATALOG = [
      "default": {engine: "the original's image" for engine in ENGINES},
      "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None, "numerics": "kernels",
      "note": "proven when the runtime runs the new digest and the engine reports its version; container units only"},
+    {"id": "engine-build", "group": "upgrade",
+     "what": "another installed build of the same engine for a process unit: ExecStart's program (a venv's Python "
+             "or the engine's entry point) points at it; the build's versions and its parser's reading of the "
+             "original's arguments are asked before any stop (every gate runs; versions recorded)",
+     "set": {engine: {"kind": "program", "value": "$value"} for engine in ENGINES},
+     "value": {"pattern": r"^/[^\s]+$"},
+     "default": {engine: "the original's program" for engine in ENGINES},
+     "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None,
+     "numerics": "version-change", "endurance": True,
+     "note": "proven when the candidate engine reports the build's version (its API and its start-up line); "
+             "process units only (a container unit's build is its image: engine-image); a downgrade is the same"},
     # ---- the seed plan's composite id: one of its two settings per candidate, only after transport is
     # stable (the seed plan's own rule; the catalog's scheduler controls run on their own anywhere) ----
     {"id": "scheduler-and-speculation", "group": "scheduler",
@@ -321,8 +332,8 @@ def numerics(control_id):
 
 def endurance(control_id):
     """Whether the endurance cell runs by default for this control: transport changes (a hang or a
-    leak on a new path shows only after minutes under load)."""
-    return control_id != CUSTOM and entry(control_id)["group"] == "transport"
+    leak on a new path shows only after minutes under load) and an entry that says so (an engine build)."""
+    return control_id != CUSTOM and entry(control_id).get("endurance", entry(control_id)["group"] == "transport")
 
 
 def public_flags():
@@ -395,8 +406,14 @@ def _engine_version(proof, change, engine, text, scan):
     report = scan.get("version_report") or {}
     version = (report.get("observed") or {}).get("version")
     nccl = ", ".join((scan.get("nccl") or {}).get("versions") or []) or "not logged"
-    return (report.get("verdict") == "pass" and bool(version), "the candidate engine's version report (its API)",
-            f"version {version or 'not reported'} ({report.get('reason') or 'no version report read'}); NCCL {nccl}")
+    saw = f"version {version or 'not reported'} ({report.get('reason') or 'no version report read'}); NCCL {nccl}"
+    wanted = proof.get("version")  # an engine build: the release its own package said it is, before any stop
+    if not wanted:
+        return report.get("verdict") == "pass" and bool(version), "the candidate engine's version report (its API)", saw
+    logged = scan.get("versions_logged") or []
+    proven = report.get("verdict") == "pass" and version == wanted and (not logged or wanted in logged)
+    return (proven, f"version {wanted} in the candidate engine's version report (its API) and start-up line",
+            f"{saw}; start-up line: {', '.join(logged) or 'none'}")
 
 
 def _log_line(proof, change, engine, text, scan):
@@ -432,6 +449,8 @@ def _setter_text(setter, rule):
         return "`--speculative-*` flags"
     if setter["kind"] == "image":
         return "image `<name>@sha256:<digest>`"
+    if setter["kind"] == "program":
+        return "ExecStart's program `</path/to/build/bin/python>`"
     if setter["value"] is None:
         return f"`{setter['name']}` removed"
     return f"`{setter['name']}`" + (" `<value>`" if setter["value"] == "$value" else "")

@@ -94,6 +94,9 @@ _PREFIX_RE = re.compile(r"^(?:\S+ \d+ \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )?(?:[
 _ECHO_CAUSES = ("EngineDeadError", "AsyncEngineDeadError", "EngineGenerateError", "ChildProcessError",
                 "ProcessExitedException")
 
+# The NCCL wheels a CUDA build of either engine installs beside torch (a CPU build has none).
+NCCL_DISTS = ["nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11"]
+
 SGLANG = {
     "name": "sglang",
     # /health_generate runs one real generation; /health answers once the HTTP server is up.
@@ -101,6 +104,12 @@ SGLANG = {
     "models_path": "/v1/models",
     # --port's default (sglang/srt/server_args.py): a unit without --port serves here.
     "default_port": 30000,
+    # An engine build (module_utils/engine_build.py): its package, the NCCL wheels it may carry, and the parser its
+    # launch_server builds (ServerArgs.add_cli_args), asked for the original's arguments without starting a server.
+    "build": {"package": "sglang", "nccl_dists": NCCL_DISTS,
+              "parser": {"make": ["sglang.srt.server_args:ServerArgs.add_cli_args"]}},
+    # A release's own start-up line naming it (none known: its /get_server_info route is the proof).
+    "version_lines": [],
     # Log lines are progress only: with --log-level warning SGLang prints none of them.
     "ready_lines": [r"The server is fired up and ready to roll!"],
     # Its whole configuration at start: ServerArgs(...) (the double: a JSON object).
@@ -193,6 +202,19 @@ VLLM = {
     "models_path": "/v1/models",
     # --port's default (vllm serve and the OpenAI API server): a unit without --port serves here.
     "default_port": 8000,
+    # The parser `python -m vllm.entrypoints.openai.api_server` and `vllm serve` build (make_arg_parser on vLLM's
+    # FlexibleArgumentParser, then validate_parsed_serve_args); 0.32 moved it from entrypoints.openai to
+    # entrypoints.launchers, the lab's two releases read it from each place.
+    "build": {"package": "vllm", "nccl_dists": NCCL_DISTS,
+              "parser": {"base": ["vllm.utils.argparse_utils:FlexibleArgumentParser",
+                                  "vllm.utils:FlexibleArgumentParser"],
+                         "make": ["vllm.entrypoints.launchers.cli_args:make_arg_parser",
+                                  "vllm.entrypoints.openai.cli_args:make_arg_parser"],
+                         "validate": ["vllm.entrypoints.launchers.cli_args:validate_parsed_serve_args",
+                                      "vllm.entrypoints.openai.cli_args:validate_parsed_serve_args"],
+                         "positional": ["model_tag"]}},
+    # The start-up lines naming the release (the lab's 0.31.0 and 0.32.0 print both).
+    "version_lines": [r"vLLM API server version (\S+)", r"Initializing a V1 LLM engine \(v(\S+)\)"],
     "ready_lines": [r"Starting vLLM API server(?: \d+)? on http", r"Starting vLLM server on http",
                     r"Application startup complete\.", r"Uvicorn running on http"],
     # Only the arguments that differ from vLLM's defaults, as a Python dict literal.
@@ -308,6 +330,7 @@ UNKNOWN = {
     "metrics": {},
     "process_titles": [],
     "stop": {"waits_for_open_streams": True},
+    "version_lines": [],
     "examples": {},
 }
 
@@ -438,6 +461,12 @@ def phase_of(engine, lines):
             if re.search(pattern, line):
                 current = name
     return current
+
+
+def versions_logged(engine, text):
+    """The releases the engine's start-up lines name (its adapter's version_lines), in order, once each."""
+    found = [v for pattern in adapter(engine)["version_lines"] for v in re.findall(pattern, text or "")]
+    return list(dict.fromkeys(found))
 
 
 def kv_cache_tokens(engine, text):

@@ -248,13 +248,25 @@ def apply_control(recipe, change):
         for flag, flag_value in (value or {}).items():
             args[flag if flag.startswith("--") else "--" + flag.replace("_", "-")] = flag_value
         out["engine_args"] = args
-    elif kind == "image":
-        if (out["runtime"] or {}).get("kind") != "container":
-            raise RecipeRenderError("runtime: an image change needs a container runtime")
-        out["runtime"]["image"] = value
+    elif kind in ("image", "program"):
+        _set_build(out["runtime"] or {}, kind, value)
     else:
-        raise RecipeRenderError(f"change.kind: env, arg, speculative or image, got {kind!r}")
+        raise RecipeRenderError(f"change.kind: env, arg, speculative, image or program, got {kind!r}")
     return out
+
+
+def _set_build(runtime, kind, value):
+    """An engine upgrade: a container's image, or a process's program (its interpreter, or its command's first
+    word - an entry point)."""
+    wanted = "container" if kind == "image" else "process"
+    if runtime.get("kind") != wanted:
+        raise RecipeRenderError(f"runtime: an {kind} change needs a {wanted} runtime, got {runtime.get('kind')!r}")
+    if kind == "image":
+        runtime["image"] = value
+    elif runtime.get("command"):
+        runtime["command"] = [value, *runtime["command"][1:]]
+    else:
+        runtime["python"] = value
 
 
 def recipe_difference(before, after):

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import re
 
+from .engine_build import program_index
 from .unit_recipe import is_public_name
 from .unit_recipe import shown as shown_value
 
@@ -165,6 +166,8 @@ def _edit_explained(edit, argv, change, container):
         return True  # the candidate's copy of the file: its content is compared as the environment
     if kind == "image" and "@sha256:" in word:
         return True  # the image word: the original's removed, the new one added
+    if kind == "program" and index == program_index(argv):
+        return True  # the program word (after an `env` prefix): the original's build removed, the new one added
     # the candidate's own container: its name wherever the unit names it (run --name, rm -f, stop)
     if container and word in (container, f"{container}-candidate", f"--name={container}",
                               f"--name={container}-candidate"):
@@ -176,6 +179,8 @@ def _explained(difference, change, container):
     """Whether one difference is the change itself or the candidate's expected identity."""
     if change.get("kind") == "env" and difference["what"] == f"environment {change.get('name')}":
         return True
+    if change.get("kind") == "program" and difference["what"] == "ExecStart[0] path":
+        return difference.get("after") == change.get("value")  # systemd's path of the program it runs
     edits = difference.get("edits")
     if edits is None:
         return False
@@ -188,7 +193,7 @@ def _touches(difference, change):
         return True
     if change.get("kind") == "speculative":
         return any(e["word"].startswith("--speculative-") for e in difference.get("edits") or [])
-    if change.get("kind") == "image":
+    if change.get("kind") in ("image", "program"):
         return any(e["word"] == change.get("value") for e in difference.get("edits") or [])
     after = (difference.get("argv") or {}).get("after") or []
     if change.get("kind") == "env" and any(e["side"] == "after" and after[e["index"] - 1:e["index"]] == ["--env-file"]

@@ -12,7 +12,8 @@ import re
 import shlex
 
 from .controls import public_flags
-from .unit_launchers import classify, model_first
+from .nccl_config import PYTHON_RE
+from .unit_launchers import classify, model_first, strip_env
 
 # What makes a name secret; journal_scan builds its log-line pattern from the same words.
 SECRET_WORDS = r"token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential"
@@ -32,7 +33,9 @@ RUNTIME_VALUE_OPTS = {
     "--cgroupns", "--pid", "--platform", "--secret", "--group-add", "--userns", "--uts",
 }
 # What a candidate must run the same as its original (max concurrency is a control: the catalog's max-num-seqs).
-HELD = ("engine", "runtime", "image", "model", "revision", "tp_size", "context_length", "gpus")
+HELD = ("engine", "runtime", "image", "program", "model", "revision", "tp_size", "context_length", "gpus")
+# The held field each upgrade kind may change (the catalog's engine-image and engine-build).
+UPGRADES = {"image": "image", "program": "program"}
 ENGINE_ARG_ALIASES = {
     "model": ("--model-path", "--model"),
     "revision": ("--revision",),
@@ -364,6 +367,8 @@ def parse_recipe(sections, env_files=None):
         "container_flag_env": sorted(flag_env),
         "container_inline_env": sorted(inline_env),
         "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
+        # A process's engine build: its interpreter or entry point (after an `env` prefix); a container's is its image.
+        "program": strip_env(argv)[0][0] if runtime == "process" and strip_env(argv)[0] else None,
     }
     for field, flags in ENGINE_ARG_ALIASES.items():
         recipe[field] = next((args[f] for f in flags if f in args), None)
@@ -538,11 +543,11 @@ def diff_recipes(original, candidate):
 
 
 def check_one_control(original, candidate, change=None):
-    """The single difference, or RecipeError naming every difference. The image is held unless the
-    change is the image itself (the catalog's engine-image)."""
+    """The single difference, or RecipeError naming every difference. The image and a process's program are
+    held unless the change is that upgrade itself (the catalog's engine-image, engine-build)."""
     differences = diff_recipes(original, candidate)
-    upgrade = (change or {}).get("kind") == "image"
-    held = [d for d in differences if d["control"] in HELD and not (upgrade and d["control"] == "image")]
+    upgrade = UPGRADES.get((change or {}).get("kind"))
+    held = [d for d in differences if d["control"] in HELD and d["control"] != upgrade]
     if len(differences) != 1 or held:
         listed = "; ".join(f"{d['control']}: {d['before']!r} -> {d['after']!r}" for d in differences) or "none"
         reason = f"held controls changed ({', '.join(d['control'] for d in held)}); " if held else ""
@@ -673,6 +678,24 @@ def _change_image(parts, recipe, name, value):
     parts["head"] = head[:index] + [str(value)] + head[index + 1:]
 
 
+def _change_program(parts, recipe, name, value):
+    if parts["runtime"] != "process":
+        raise RecipeError(f"a {parts['runtime']} unit's engine build is its image: an engine build upgrade changes "
+                          "a process unit's program (the catalog's engine-image changes a container's)")
+    if not re.match(r"^/[^\s]+$", str(value or "")):
+        raise RecipeError(f"an engine build is the absolute path of its program, got {value!r}")
+    index = len(parts["command"]) - len(strip_env(parts["command"])[0])
+    program = parts["command"][index]
+    if program == value:
+        raise RecipeError(f"the unit already runs {value}: no change is no candidate")
+    if program.rsplit("/", 1)[-1] != str(value).rsplit("/", 1)[-1] and \
+            bool(PYTHON_RE.search(program)) != bool(PYTHON_RE.search(str(value))):
+        raise RecipeError(f"the original runs {program}; another build's program must be the same kind (its "
+                          f"interpreter for `python -m`, its entry point for `{program.rsplit('/', 1)[-1]} serve`), "
+                          f"got {value!r}")
+    parts["command"] = parts["command"][:index] + [str(value)] + parts["command"][index + 1:]
+
+
 def _change_arg(parts, recipe, name, value):
     if not str(name).startswith("-"):
         raise RecipeError(f"arg control name {name!r} must be a --flag")
@@ -702,7 +725,8 @@ def _change_speculative(parts, recipe, name, value):
     parts["command"] = command
 
 
-CHANGES = {"env": _change_env, "arg": _change_arg, "speculative": _change_speculative, "image": _change_image}
+CHANGES = {"env": _change_env, "arg": _change_arg, "speculative": _change_speculative, "image": _change_image,
+           "program": _change_program}
 
 
 def _candidate_name(head, container):
@@ -743,13 +767,14 @@ def apply_change(sections, recipe, change, keep_identity=False):
 
     change: {"kind": "env", "name": N, "value": V|None} or {"kind": "arg", "name": "--flag",
     "value": True|V|None} or {"kind": "speculative", "value": {"--speculative-...": V}|None} or
-    {"kind": "image", "value": "name@sha256:..."}; a None value removes the control. keep_identity
+    {"kind": "image", "value": "name@sha256:..."} or {"kind": "program", "value": "/path/bin/python"} (a process's
+    engine build); a None value removes the control. keep_identity
     (promotion) keeps [Install], the description and the container name: the result replaces the
     original as the new default.
     """
     kind = change.get("kind")
     if kind not in CHANGES:
-        raise RecipeError(f"change kind must be env, arg, speculative or image, got {kind!r}")
+        raise RecipeError(f"change kind must be {', '.join(CHANGES)}, got {kind!r}")
     prefix, argv = split_command(values(sections, "Service", "ExecStart")[0])
     runtime, _, image, command = split_runtime(argv)
     head = argv[: len(argv) - len(command)]

@@ -118,7 +118,7 @@ def versions(run):
     """An engine upgrade's versions on each side as the engines reported them (versions.json); None
     for any other control."""
     record = load(run, "versions.json", {})
-    return {side: record[side] for side in ("original", "candidate")} if record.get("candidate") else None
+    return {key: record.get(key) for key in ("original", "candidate", "delta")} if record.get("candidate") else None
 
 
 def _percentile(values, q):
@@ -397,11 +397,20 @@ def decision_lines(decision):
         lines += [f"Numerical equivalence ({same['prompts']} fixed prompts x {same['tokens']} greedy tokens, "
                   f"tolerance {judged}): {same['reason']}.", ""]
     if decision.get("versions"):
-        before, after = decision["versions"]["original"], decision["versions"]["candidate"]
-        lines += [f"Engine upgrade (each side's own report): engine {before['engine']} -> {after['engine']}; "
-                  f"NCCL {', '.join(before['nccl']) or 'not logged'} -> {', '.join(after['nccl']) or 'not logged'}; "
-                  f"image {before['image']} -> {after['image']}.", ""]
+        lines += [upgrade_text(decision["versions"]), ""]
     return lines
+
+
+def upgrade_text(versions):
+    """An engine upgrade as each side reported it: the engines' own version reports, NCCL from their logs, and the
+    image or the build (its own package's report, read before any stop)."""
+    before, after = versions["original"], versions["candidate"]
+    moved = (f"image {before['image']} -> {after['image']}" if not after.get("build") else
+             f"build {before['build']['program']} -> {after['build']['program']} ({versions.get('delta')})")
+    logged = f"; its start-up line named {', '.join(after['logged'])}" if after.get("logged") else ""
+    return (f"Engine upgrade (each side's own report): engine {before['engine']} -> {after['engine']}{logged}; "
+            f"NCCL {', '.join(before['nccl']) or 'not logged'} -> {', '.join(after['nccl']) or 'not logged'}; "
+            f"{moved}.")
 
 
 def cell_rows(verdict, cells):
@@ -506,7 +515,9 @@ def render_card(run):
               f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
               f"GPUs {original.get('gpus')} |",
               f"| Concurrency | {', '.join(f'C{c}' for c in concurrency) or 'no cells ran'} |",
-              f"| Delta | {difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+              f"| Delta | {(decision.get('versions') or {}).get('delta') or ''}"
+              f"{' - ' if (decision.get('versions') or {}).get('delta') else ''}"
+              f"{difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
     lines += cell_rows(verdict, cells)
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]

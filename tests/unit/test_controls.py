@@ -27,7 +27,8 @@ VALUES = {"nccl-algo": ("Ring", "Tree"), "nccl-proto": ("Simple", "LL128"), "ncc
           "cuda-graph-sizes": ("1 2 4 8", "1 2 4"), "chunked-prefill": ("4096", "8192"),
           "max-num-seqs": ("64", "128"),
           "speculative": ({"--speculative-algorithm": "EAGLE", "--speculative-num-steps": "3"}, None),
-          "engine-image": ("lmsysorg/sglang@sha256:" + "ef" * 32, None)}
+          "engine-image": ("lmsysorg/sglang@sha256:" + "ef" * 32, None),
+          "engine-build": ("/opt/engine-next/bin/python", None)}
 ENV_FILE = "/etc/serving/nccl.env"
 
 
@@ -68,8 +69,8 @@ def original_unit(engine, shape, change, before):
 
 
 def control_key(change):
-    if change["kind"] == "image":
-        return "image"
+    if change["kind"] in ("image", "program"):
+        return change["kind"]
     speculative = change["kind"] == "speculative" or change["name"].startswith("--speculative-")
     return "speculative" if speculative else f"{change['kind']}:{change['name']}"
 
@@ -78,6 +79,8 @@ def control_key(change):
 @pytest.mark.parametrize("cid, engine", SETTERS)
 def test_each_setter_changes_exactly_its_control_on_each_unit_shape(cid, engine, shape):
     value, before = VALUES.get(cid, (None, None))
+    if cid == "engine-build":  # another build's program of the same kind: its interpreter, or its entry point
+        value = "/opt/engine-next/bin/" + PROCESS[engine].split()[0].rsplit("/", 1)[-1]
     change = controls.change_for(cid, engine, value)
     if change["value"] is None or change["value"] is True and before is None:
         before = True if change["kind"] == "arg" else "1"  # a removal or a switch: the original holds it
@@ -90,6 +93,11 @@ def test_each_setter_changes_exactly_its_control_on_each_unit_shape(cid, engine,
     if change["kind"] == "image" and shape != "container":
         # A process unit has no image: an engine upgrade there is its ExecStart's program, not this control.
         with pytest.raises(ur.RecipeError, match="runs no container image"):
+            ur.apply_change(sections, recipe, change)
+        return
+    if change["kind"] == "program" and shape == "container":
+        # A container's engine build is its image (engine-image), never the program inside it.
+        with pytest.raises(ur.RecipeError, match="engine build is its image"):
             ur.apply_change(sections, recipe, change)
         return
     held = [flag for flag in recipe["held_flags"]

@@ -126,7 +126,7 @@ def test_control_in_an_environment_file_is_refused():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"kind": "volume", "value": "x"}, "change kind must be env, arg, speculative or image, got 'volume'"),
+    ({"kind": "volume", "value": "x"}, "change kind must be env, arg, speculative, image, program, got 'volume'"),
     ({"kind": "env", "name": "BAD NAME", "value": "1"}, "env control name 'BAD NAME' is not a variable name"),
     ({"kind": "arg", "name": "tp-size", "value": "4"}, "arg control name 'tp-size' must be a --flag"),
 ])
