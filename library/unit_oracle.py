@@ -30,7 +30,7 @@ options:
     required: true
   change:
     description: >-
-      The one control, as the candidate plan selected it (kind env, arg, speculative or image; name; value).
+      The one control, as the candidate plan selected it (kind env, arg, speculative, image or program; name; value).
       Kind none proves the two units the same instead (adopt -> managed: a recipe's render against the
       original), up to the order of the engine's flags after C(launcher_word).
     type: dict
@@ -89,7 +89,7 @@ from ansible.module_utils.unit_oracle import (
     proof_reason,
     reading,
 )
-from ansible.module_utils.unit_recipe import redact_argv
+from ansible.module_utils.unit_recipe import CHANGES, redact_argv
 
 
 def read_unit(module, unit, key):
@@ -130,9 +130,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["change"].get("kind") not in ("env", "arg", "speculative", "image", "none"):
-        module.fail_json(msg=f"change.kind must be env, arg, speculative, image or none, "
-                             f"got {p['change'].get('kind')!r}")
+    if p["change"].get("kind") not in (*CHANGES, "none"):
+        module.fail_json(msg=f"change.kind must be {', '.join(CHANGES)} or none, got {p['change'].get('kind')!r}")
     key = os.urandom(32)  # digests comparable within this call only
     original = read_unit(module, p["original"], key)
     candidate = read_unit(module, p["candidate"], key)

@@ -39,6 +39,9 @@ METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (r
           "permutation distribution of the ranks, simulated; never below Bonferroni over the looks); a verdict "
           "also needs |median delta| >= min_effect; family-wise error of the decision <= alpha (union bound); "
           + STOPPING)
+NONINFERIORITY = ("; an upgrade's rule (no metric needs to be better) is acceptable when no cell is worse and every "
+                  "cell's guard metrics are each shown at most noninferior_margin worse (one-sided Mann-Whitney of "
+                  "the candidate scaled back by the margin, at the cell's share of alpha; all must be shown)")
 # Draws of simulated ranks behind a sequential boundary: a chance of 0.005 is estimated to about 3 %.
 BOUNDARY_DRAWS = 200_000
 
@@ -203,6 +206,20 @@ def noninferior_p(baseline, candidate, margin, lower_is_better=True):
     return one_sided_p(baseline, [v / scale for v in candidate], lower_is_better)["better"]
 
 
+def noninferiority(metrics, baseline, candidate, rule, alpha):
+    """A rule with a noninferior_margin (an upgrade's, judged no worse rather than better): each guard metric's
+    one-sided test that the candidate is at most the margin worse, at the cell's share of alpha; kept in the
+    metric as p_noninferior and noninferior (shown or not)."""
+    margin = (rule or {}).get("noninferior_margin")
+    if margin is None:
+        return
+    for metric in rule["guard"]:
+        base, cand = _ok(baseline, metric), _ok(candidate, metric)
+        if metric in metrics and len(base) >= 2 and len(cand) >= 2:
+            p = noninferior_p(base, cand, float(margin), LOWER_IS_BETTER[metric])
+            metrics[metric].update(p_noninferior=p, noninferior=p <= alpha)
+
+
 def clear(metrics, rule=None, noninferior=None):
     """A look's verdicts are clear enough to stop (STOPPING): a guard metric worse, or a need_better
     metric better while every other guard metric is better or in `noninferior` (shown no worse)."""
@@ -288,6 +305,7 @@ def cell_verdict(cell, min_effect=0.02, alpha=0.05, drift_limit=0.05, seed=0, ru
     # A record without its design (written before the boundary): Bonferroni over its looks, valid as ever.
     level = boundary(design, alpha / cells) if design or looks == 1 else alpha / cells / looks
     result["metrics"] = judge(baseline, candidate, level, min_effect, rule, seed)
+    noninferiority(result["metrics"], baseline, candidate, rule, alpha / cells)
     problems = []
     if drift > drift_limit:
         problems.append(f"baseline brackets drifted {drift:.1%} (limit {drift_limit:.0%})")
@@ -320,6 +338,21 @@ def unjudged(cells, rule=None):
             and any(c["metrics"].get(m, {}).get("reason") == "too few successful requests" for m in _tested(rule))]
 
 
+def noninferior_decision(eligible, rule):
+    """An upgrade's rule (need_better empty, a noninferior_margin): acceptable when no cell is worse (decided
+    before this) and every eligible cell shows every guard metric at most the margin worse. All must be shown
+    (an intersection-union test), so each test at its cell's level keeps the decision's error at alpha."""
+    margin = float(rule["noninferior_margin"])
+    missing = [(c["cell"], m) for c in eligible for m in rule["guard"]
+               if not c["metrics"].get(m, {}).get("noninferior")]
+    if missing:
+        return {"decision": "inconclusive", "rule": rule, "method": METHOD + NONINFERIORITY,
+                "reasons": [f"{cell} {metric} not shown at most {margin:.0%} worse" for cell, metric in missing]}
+    return {"decision": "acceptable", "rule": rule, "method": METHOD + NONINFERIORITY,
+            "reasons": [f"{c['cell']} {m} shown at most {margin:.0%} worse (p={c['metrics'][m]['p_noninferior']:.3g})"
+                        for c in eligible for m in rule["guard"]]}
+
+
 def decide(cells, rule=None, max_failed=0):
     """Overall decision from cells judged by cell_verdict (the error control is there, METHOD).
     Default rule: acceptable only if no eligible cell is worse on TTFT or E2E and at least one
@@ -350,5 +383,7 @@ def decide(cells, rule=None, max_failed=0):
                 + reasons}
     if better:
         return {"decision": "acceptable", "rule": rule, "method": METHOD, "reasons": reasons}
+    if rule.get("noninferior_margin") is not None and not rule["need_better"]:
+        return noninferior_decision(eligible, rule)
     return {"decision": "inconclusive", "rule": rule, "method": METHOD,
             "reasons": reasons or ["no cell better"] + [r for c in eligible for r in c["reasons"]]}

@@ -262,3 +262,30 @@ def test_the_ab_verdict_action_judges_in_process_and_names_a_bad_cell():
         run({"cells": [{"name": "c", "baseline": []}]})
     with pytest.raises(AnsibleActionFail, match="alpha"):
         run({"cells": [cell(32)], "alpha": "not a number"})
+
+
+UPGRADE_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": [], "noninferior_margin": 0.05}
+
+
+def test_an_upgrade_no_worse_is_acceptable_without_any_cell_better():
+    # identical arms: never better, but shown within 5 % on both guard metrics (non-inferiority)
+    same = abstats.cell_verdict(cell(11), rule=UPGRADE_RULE, cells=2)
+    other = abstats.cell_verdict(cell(12, cand_e2e=1.01), rule=UPGRADE_RULE, cells=2)
+    assert same["metrics"]["e2e_s"]["noninferior"] and same["metrics"]["ttft_s"]["p_noninferior"] < 0.025
+    decision = abstats.decide([same, other], UPGRADE_RULE)
+    assert decision["decision"] == "acceptable", decision
+    assert any("4k e2e_s shown at most 5% worse" in reason for reason in decision["reasons"]), decision
+    assert "intersection" not in decision["method"] and "noninferior_margin worse" in decision["method"]
+    # the flag rule on the same cells: no cell better, so never acceptable
+    assert abstats.decide([abstats.cell_verdict(cell(11)), abstats.cell_verdict(cell(12, cand_e2e=1.01))])[
+        "decision"] == "inconclusive"
+
+
+def test_an_upgrade_not_shown_within_its_margin_is_inconclusive_and_a_worse_one_rejected():
+    # 1.5 % slower: below min_effect, so never worse; beyond a 1 % margin, so never shown no worse
+    tight = {**UPGRADE_RULE, "noninferior_margin": 0.01}
+    slower = abstats.cell_verdict(cell(13, cand_e2e=1.015), rule=tight)
+    decision = abstats.decide([slower], tight)
+    assert decision["decision"] == "inconclusive" and "4k e2e_s not shown at most 1% worse" in decision["reasons"]
+    worse = abstats.cell_verdict(cell(14, cand_e2e=1.10), rule=UPGRADE_RULE)
+    assert abstats.decide([worse], UPGRADE_RULE)["decision"] == "reject"
