@@ -31,7 +31,8 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(CELL_ARGS + (
         "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
         "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
-        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection", "accept_length_from_log"))
+        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection", "accept_length_from_log",
+        "warmup_waves"))
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
@@ -60,6 +61,8 @@ class ActionModule(ActionBase):
                 **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
                 "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
                 "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
+                # the cell's first chunk warms the engine with its shape first (an endurance cell needs none)
+                "warmup": int(args.get("warmup_waves") or 0) * concurrency if start == 0 and not deadline else 0,
                 **({"reference_conditions": reference} if reference else {}), **self.lease_kept(args)})
             if result.get("failed") or result.get("lease_problem"):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "

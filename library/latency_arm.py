@@ -44,6 +44,12 @@ options:
   timeout_s: {description: Time limit of one request., type: float}
   concurrency: {description: Requests in flight., type: int}
   remeasure_max: {description: Times a disturbed chunk is measured again., type: int}
+  warmup_waves:
+    description: >-
+      Untimed waves of the cell's shape at its concurrency before its first timed chunk (latency_cell warmup): a
+      freshly started engine is slower on its first prompts of a new shape; none before an endurance cell.
+    type: int
+    default: 0
   condition_limits: {description: How far conditions may differ., type: dict}
   engine: {description: "The engine (its /metrics are read beside the client's figures, latency_cell).", type: str}
   accept_length_from_log:

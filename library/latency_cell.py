@@ -53,6 +53,12 @@ options:
     type: str
     choices: [sglang, vllm, unknown]
   first_index: {description: Index of the first request when the cell runs in chunks., type: int, default: 0}
+  warmup:
+    description: >-
+      Untimed requests of the cell's shape at its concurrency before the chunk's timed ones (a freshly started engine
+      serves its first prompts of a new length or batch slower); counted in the result's warmup, never in its requests.
+    type: int
+    default: 0
   reference_conditions:
     description:
       - Conditions of the first baseline bracket (cpu_busy, cpu_steal, temp_c, power_w, clock_events,
@@ -125,6 +131,7 @@ def main():
             "timeout_s": {"type": "float", "default": 600},
             "telemetry_interval_s": {"type": "float", "default": 1.0},
             "first_index": {"type": "int", "default": 0},
+            "warmup": {"type": "int", "default": 0},
             "reference_conditions": {"type": "dict"},
             "remeasure_max": {"type": "int", "default": 2},
             "condition_limits": {"type": "dict"},

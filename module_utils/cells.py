@@ -115,11 +115,30 @@ class Telemetry:
         return out
 
 
+def warm_up(options, body_of):
+    """`warmup` untimed requests of the cell's shape at its concurrency before its first timed one: an engine just
+    started (the candidate, the restored original) serves its first prompts of a new length or batch markedly
+    slower, which a warm original's arm never pays. {requests, failures}, or None without a warm-up."""
+    n = int(options.get("warmup") or 0)
+    if n < 1:
+        return None
+    chat = options.get("chat", http_chat)
+
+    def one(index):
+        request_id = f"serving-rollout-warmup-{options.get('name', 'cell')}-{options.get('arm', 'arm')}-{index}"
+        return chat(options["base_url"], body_of(), api_key=options.get("api_key"),
+                    timeout=options.get("timeout_s", 600), request_id=request_id)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(n, options.get("concurrency", 1)))) as pool:
+        results = list(pool.map(one, range(n)))
+    return {"requests": n, "failures": sum(bool(r.get("error")) for r in results)}
+
+
 def run_cell(options):
     """Run one cell, or one chunk of it; options: base_url, model, api_key, requests, concurrency,
     prompt_tokens, contract_words, contract_pattern, timeout_s, telemetry_interval_s, first_index
     (the index of this chunk's first request within the cell), engine (its /metrics window is read
-    beside the client's figures), chat."""
+    beside the client's figures), warmup (untimed requests first, warm_up), chat."""
     chat = options.get("chat", http_chat)
     words = options.get("contract_words", 32)
     pattern = re.compile(options.get("contract_pattern", CONTRACT_PATTERN))
@@ -131,19 +150,23 @@ def run_cell(options):
     # usage count is checked.
     tokens = options.get("contract_tokens") if options.get("contract") == "tokens" else None
 
-    def one(index):
+    def body_of():
         prompt = with_target(contract_prompt(words), options["prompt_tokens"])
         body = {"model": options.get("model", "default"), "stream": True, "temperature": 0,
                 "max_tokens": words * 2 + 16, "messages": [{"role": "user", "content": prompt}],
                 "stream_options": {"include_usage": True}}
         if tokens:
             body.update(max_tokens=tokens, min_tokens=tokens, ignore_eos=True)
+        return body
+
+    def one(index):
         request_id = f"serving-rollout-cell-{options.get('name', 'cell')}-{options.get('arm', 'arm')}-{index}"
-        result = chat(options["base_url"], body, api_key=options.get("api_key"), timeout=options.get("timeout_s", 600),
-                      request_id=request_id)
+        result = chat(options["base_url"], body_of(), api_key=options.get("api_key"),
+                      timeout=options.get("timeout_s", 600), request_id=request_id)
         return request_record(index, result, words, pattern, tokens)
 
     read_stat = options.get("read_stat", read_proc_stat)
+    warmed = warm_up(options, body_of)
     # the engine's own count of this chunk (its /metrics before and after), beside the client's
     engine = options.get("engine")
     scrape = (lambda: engine_metrics.scrape(engine, options["base_url"], api_key=options.get("api_key"),
@@ -160,6 +183,7 @@ def run_cell(options):
     conditions = chunk_conditions(cpu_before, cpu_after, summary, telemetry.foreign)
     conditions["cpu_runnable"] = runnable.median()
     return {"requests": records, "elapsed_s": elapsed, "telemetry": summary, "conditions": conditions,
+            **({"warmup": warmed} if warmed else {}),
             "engine_metrics": engine_metrics.window(engine, metrics_before, scrape()) if scrape else None,
             "failures": sum(r["error"] is not None for r in records),
             "contract_violations": [{"index": r["index"], "response": r.get("response")}

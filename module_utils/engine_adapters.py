@@ -213,8 +213,10 @@ VLLM = {
                          "validate": ["vllm.entrypoints.launchers.cli_args:validate_parsed_serve_args",
                                       "vllm.entrypoints.openai.cli_args:validate_parsed_serve_args"],
                          "positional": ["model_tag"]}},
-    # The start-up lines naming the release (the lab's 0.31.0 and 0.32.0 print both).
-    "version_lines": [r"vLLM API server version (\S+)", r"Initializing a V1 LLM engine \(v(\S+)\)"],
+    # The start-up lines naming the release: the lab's 0.31.0 and 0.32.0 print the banner's "version X" and the engine
+    # core's "(vX)"; older releases "vLLM API server version X".
+    "version_lines": [r"[\u2580-\u259f]\s+version (\d\S*)\s*$", r"vLLM API server version (\S+)",
+                      r"Initializing a V1 LLM engine \(v(\S+)\)"],
     "ready_lines": [r"Starting vLLM API server(?: \d+)? on http", r"Starting vLLM server on http",
                     r"Application startup complete\.", r"Uvicorn running on http"],
     # Only the arguments that differ from vLLM's defaults, as a Python dict literal.

@@ -260,7 +260,8 @@ def _set_build(runtime, kind, value):
     word - an entry point)."""
     wanted = "container" if kind == "image" else "process"
     if runtime.get("kind") != wanted:
-        raise RecipeRenderError(f"runtime: an {kind} change needs a {wanted} runtime, got {runtime.get('kind')!r}")
+        raise RecipeRenderError(f"runtime: {'an image' if kind == 'image' else 'a program'} change needs a {wanted} "
+                                f"runtime, got {runtime.get('kind')!r}")
     if kind == "image":
         runtime["image"] = value
     elif runtime.get("command"):

@@ -178,7 +178,7 @@ def consider(item, facts):
     if controls.proven_by_nccl(item.get("proof") or {}) and backend not in (None, "nccl"):
         return None, f"the engine's collectives run on {backend}, not NCCL: an NCCL control changes nothing"
     if item["group"] == "upgrade":
-        return None, "an engine upgrade is the operator's choice of build (the catalog's engine-image)"
+        return None, f"an engine upgrade is the operator's choice of build (the catalog's {item['id']})"
     try:
         change = controls.change_for(item["id"], engine)
     except controls.ControlError:

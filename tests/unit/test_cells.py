@@ -264,3 +264,24 @@ def test_a_chunk_whose_every_request_timed_out_is_named_a_hang():
     assert arm.stalled({"requests": one_answered}, 30) is None  # slow, not stalled
     assert arm.stalled({"requests": [dict(timed_out, error="HTTP 500: b''")]}, 30) is None  # an error, not a hang
     assert arm.stalled({"requests": []}, 30) is None
+
+
+def test_a_cells_warm_up_is_untimed_of_the_cells_shape_at_its_concurrency():
+    sent = []
+
+    def engine(base_url, body, api_key=None, timeout=60.0, request_id=None):
+        sent.append((request_id, len(body["messages"][0]["content"])))
+        return {"ok": True, "status": 200, "content": "random words", "tool_calls": None, "error": None,
+                "usage": {"prompt_tokens": 900, "completion_tokens": 48}, "ttft_s": 0.1, "e2e_s": 0.5}
+
+    cell = run_cell({"base_url": "http://x", "requests": 2, "prompt_tokens": 300, "concurrency": 4, "warmup": 4,
+                     "contract": "tokens", "contract_tokens": 48, "chat": engine, "telemetry_interval_s": 60,
+                     "name": "c4", "arm": "candidate"})
+    warm = [rid for rid, _ in sent if rid.startswith("serving-rollout-warmup-c4-candidate-")]
+    timed = [rid for rid, _ in sent if rid.startswith("serving-rollout-cell-c4-candidate-")]
+    assert len(warm) == 4 and len(timed) == 2 and sent.index(next(s for s in sent if s[0] in timed)) >= 4, sent
+    assert cell["warmup"] == {"requests": 4, "failures": 0} and len(cell["requests"]) == 2, cell
+    lengths = [length for _, length in sent]
+    assert max(lengths) - min(lengths) < 10, lengths  # the same prompt shape (unique prefixes differ by a few)
+    assert "warmup" not in run_cell({"base_url": "http://x", "requests": 1, "prompt_tokens": 300, "chat": engine,
+                                     "telemetry_interval_s": 60})

@@ -18,7 +18,7 @@ LAB_LOGS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "engine-logs
 BY_ID = {entry["id"]: entry for entry in CORPUS + LAB_LOGS}
 ENGINE_KEYS = {"ready_logged", "crashed", "crash", "cause", "phase", "nccl_versions", "custom_all_reduce",
                "kv_cache_tokens", "max_concurrency", "errors", "warnings", "noise", "stuck_lines", "stopping",
-               "reported_args", "effective_args", "crash_phase", "cause_frame", "accept_length"}
+               "reported_args", "effective_args", "crash_phase", "cause_frame", "accept_length", "versions_logged"}
 NCCL_KEYS = {"transports", "p2p_in_effect", "nvls", "remote_edges", "p2p_reasons_name", "nccl_settings"}
 PROCESS_KEYS = {"engine_processes"}
 
@@ -56,6 +56,8 @@ def _engine_answer(read, key, entry=None, engine=None):
         return {k: effective.get(k) for k in entry["truth"]["effective_args"]}
     if key in ("errors", "warnings", "noise"):
         return len(read[key])
+    if key == "versions_logged":  # the releases its start-up lines name
+        return engine_adapters.versions_logged(engine, entry["excerpt"])
     if key == "stuck_lines":
         return len(read["stuck"])
     if key == "custom_all_reduce":
@@ -117,7 +119,7 @@ def _rules():
     """Every rule of every adapter, as (engine, group, pattern)."""
     for name, rules in engine_adapters.ADAPTERS.items():
         for group in ("ready_lines", "stop_lines", "stop_noise", "stuck_lines", "kv_cache_tokens", "max_concurrency",
-                      "accept_length_lines", "process_titles"):
+                      "accept_length_lines", "process_titles", "version_lines"):
             for pattern in rules[group]:
                 yield name, group, pattern
         for group in ("phases", "noise"):
@@ -139,7 +141,6 @@ NOT_IN_THE_CORPUS = {
     ("sglang", "crashes:xid"): "the kernel's Xid lines reach a unit's journal only through the host's log",
     ("vllm", "crashes:xid"): "the kernel's Xid lines reach a unit's journal only through the host's log",
     ("sglang", "crashes:subprocess-dead"): "SGLang's parent on a dead child, from its source",
-    ("sglang", "custom_all_reduce:config_off"): "the engine's config dump with the flag set",
     ("vllm", "custom_all_reduce:config_off"): "the engine's config dump with the flag set",
 }
 

@@ -115,6 +115,15 @@ def test_one_control_changes_the_recipe_and_nothing_else():
     assert RECIPE["environment"]["NCCL_P2P_DISABLE"] == "1"  # the original recipe is untouched
     with pytest.raises(recipe_render.RecipeRenderError, match="runtime: an image change needs a container"):
         recipe_render.apply_control(RECIPE, {"kind": "image", "value": "x@" + DIGEST})
+    # an engine build: a process's interpreter, or its command's entry point; never a container's
+    build = recipe_render.apply_control(RECIPE, {"kind": "program", "value": "/opt/sglang-next/bin/python"})
+    assert recipe_render.recipe_difference(RECIPE, build) == [
+        {"path": "runtime.python", "before": "/opt/sglang/.venv/bin/python", "after": "/opt/sglang-next/bin/python"}]
+    serve = dict(RECIPE, runtime={"kind": "process", "command": ["/opt/vllm/bin/vllm", "serve"]})
+    assert recipe_render.apply_control(serve, {"kind": "program", "value": "/opt/v2/bin/vllm"})["runtime"][
+        "command"] == ["/opt/v2/bin/vllm", "serve"]
+    with pytest.raises(recipe_render.RecipeRenderError, match="runtime: a program change needs a process"):
+        recipe_render.apply_control(CONTAINER, {"kind": "program", "value": "/opt/v2/bin/python"})
 
 
 def test_the_candidate_recipe_is_its_own_unit_and_container():
