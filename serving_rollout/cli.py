@@ -153,6 +153,7 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
     run_id = extravars.setdefault("run_id", fleet.new_run_id())
     extravars.setdefault("rollout_evidence_dir", str(evidence))
     extravars.setdefault("observation_writer_dir", str(evidence))
+    extravars.setdefault("promotion_evidence_dir", str(evidence))  # promote reads the run's evidence there
     private = Path(evidence) / "runner" / f"{Path(playbook).stem}-{run_id}"
     private.mkdir(parents=True, exist_ok=True)
 

@@ -53,11 +53,29 @@ def plan_file():
                     "/var/lib/serving-rollout/sglang.service.lock", check=False)
 
 
-def test_the_plan_stops_at_the_rejected_second_candidate_and_starts_over_for_a_changed_original(plan_file):
+def test_a_killed_plan_resumes_stops_at_the_rejected_second_candidate_and_starts_over_for_a_changed_original(
+        plan_file):
+    """One plan, its states in turn (each a full rollout, shared by the assertions that need it): the controller
+    killed with p2p's candidate running; the resumed plan rolls it back, decides p2p, stops at the rejected
+    scheduler candidate; the same original skips what was decided; a changed original starts it over."""
     evidence = tempfile.mkdtemp(prefix="plan-evidence-")
+    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
+    controller = subprocess.Popen(plan_command(plan_file, evidence), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_lab_phase(STATE, "candidate-running")
+    finally:
+        os.killpg(controller.pid, signal.SIGKILL)  # the controller dies with the candidate running
+        controller.wait()
+        # ansible-runner starts ansible-playbook in a session of its own: it dies with the controller too
+        subprocess.run(["pkill", "-9", "-f", evidence], check=False)
+    state = json.loads(next(Path(evidence).glob("plan-*/state.json")).read_text())
+    assert state["candidates"]["p2p"]["status"] == "running"
     result = subprocess.run(plan_command(plan_file, evidence), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert "plan: p2p was under way when the last run stopped: rolling back first" in result.stdout
     assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-2000:]
     doc = report(evidence)
+    assert any("p2p interrupted; rolled back; runs again" in h["event"] for h in doc["history"])
     assert [(c["id"], c["status"], c.get("outcome")) for c in doc["candidates"]] == [
         ("p2p", "decided", "acceptable"), ("scheduler-and-speculation", "decided", "not acceptable"),
         ("cumem", "not run", None)]
@@ -96,26 +114,3 @@ def test_the_plan_stops_at_the_rejected_second_candidate_and_starts_over_for_a_c
                        input=text, text=True, check=True)
         subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
                         "playbooks/renew.yml"], cwd=REPO, capture_output=True, text=True, check=True)
-
-
-def test_a_plan_resumes_after_a_controller_kill(plan_file):
-    evidence = tempfile.mkdtemp(prefix="plan-kill-")
-    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "lab" / "containers.conf")}
-    controller = subprocess.Popen(plan_command(plan_file, evidence), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for_lab_phase(STATE, "candidate-running")
-    finally:
-        os.killpg(controller.pid, signal.SIGKILL)  # the controller dies with the candidate running
-        controller.wait()
-        # ansible-runner starts ansible-playbook in a session of its own: it dies with the controller too
-        subprocess.run(["pkill", "-9", "-f", evidence], check=False)
-    state = json.loads(next(Path(evidence).glob("plan-*/state.json")).read_text())
-    assert state["candidates"]["p2p"]["status"] == "running"
-    resumed = subprocess.run(plan_command(plan_file, evidence), cwd=REPO, capture_output=True, text=True,
-                             timeout=600)
-    assert "plan: p2p was under way when the last run stopped: rolling back first" in resumed.stdout
-    assert resumed.returncode == 1, resumed.stdout[-4000:]
-    doc = report(evidence)
-    assert [c.get("outcome") for c in doc["candidates"]] == ["acceptable", "not acceptable", None]
-    assert any("p2p interrupted; rolled back; runs again" in h["event"] for h in doc["history"])

@@ -87,30 +87,33 @@ for n in range(3):
 """
 
 
-@pytest.fixture(scope="module")
-def scheduler_run(vllm_host):
+def plan_run(plan, extra, prefix):
+    """A warm original, then the plan executor on `plan` (as an operator runs a plan's list one control at a time):
+    (its result, the rollouts' evidence folders, the original's identity before, the evidence folder)."""
     on("/usr/bin/python3", "-c", WARM_UP)
     before = identity()
-    evidence = tempfile.mkdtemp(prefix="real-vllm-")
+    evidence = tempfile.mkdtemp(prefix=prefix)
+    path = Path(evidence) / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = subprocess.run([str(REPO / "bin" / "serving-rollout"), "plan", str(path), "-i", "inventory/lab-vllm",
+                             "--evidence", evidence, "-e", json.dumps(extra)],
+                            cwd=REPO, capture_output=True, text=True, timeout=1500)
+    return result, sorted(Path(evidence).glob("lab-vllm-1/rollout-*")), before, evidence
+
+
+@pytest.fixture(scope="module")
+def scheduler_run(vllm_host):
     # bin/test's other worker loads this 2-core machine unevenly: the brackets drift by tens of
     # percent, which rightly makes a cell inconclusive under the shipped 5 % limit. This test is about
     # the real engine, not interference (test_interference.py tests that): limits widened here.
-    # Through the plan executor, as an operator runs a plan's list one control at a time.
-    plan = Path(evidence) / "plan.json"
-    plan.write_text(json.dumps(PLAN))
-    result = subprocess.run([str(REPO / "bin" / "serving-rollout"), "plan", str(plan), "-i", "inventory/lab-vllm",
-                             "--evidence", evidence, "-e",
-                             json.dumps({**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6})],
-                            cwd=REPO, capture_output=True, text=True, timeout=1500)
-    runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
-    return result, runs, before
+    return plan_run(PLAN, {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, "real-vllm-")
 
 
 # Alone on the machine: its verdict is a true effect measured on this 2-core CPU, and the other test
 # worker's rollouts coming and going between the brackets once drifted the baseline by half (inconclusive).
 @pytest.mark.machine_alone
 def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_restored(scheduler_run):
-    result, runs, (before, before_hash) = scheduler_run
+    result, runs, (before, before_hash), _ = scheduler_run
     assert len(runs) == 1, result.stdout[-4000:] + result.stderr[-2000:]
     run = runs[0]
     # Proven from vLLM's own configuration dump (its non-default args), not from our rendering; the
@@ -300,8 +303,9 @@ UPGRADE_PLAN = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_c
     {"id": "engine-build", "value": "/opt/vllm/bin/python", "change": f"vLLM {OTHER} -> {VERSION}",
      "gate": "every gate, numerics at the catalog's version-change tolerance, throughput and endurance cells"}]}
 UPGRADE_VARS = {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6, "rollout_endurance_s": 20,
-                # a 2-core CPU shared with other jobs: no worse than half again as slow (production: 5 %)
-                "rollout_noninferior_margin": 0.5,
+                # a 2-core CPU shared with other jobs, where a C4 cell's TTFT (each prompt waits behind its wave's
+                # others) spreads by -40..+70 %: no worse than twice as slow (production: 5 %)
+                "rollout_noninferior_margin": 1.0,
                 "rollout_cells": [{"name": "1k-words", "prompt_tokens": 1000},
                                   {"name": "1k-words-c4", "prompt_tokens": 1000, "concurrency": 4, "requests": 16}]}
 
@@ -338,16 +342,7 @@ def upgrade_run(vllm_host):
     assert provision.returncode == 0, provision.stdout[-3000:]
     renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
     assert renew.returncode == 0, renew.stdout[-3000:]
-    on("/usr/bin/python3", "-c", WARM_UP)
-    before = identity()
-    evidence = tempfile.mkdtemp(prefix="real-vllm-upgrade-")
-    plan = Path(evidence) / "plan.json"
-    plan.write_text(json.dumps(UPGRADE_PLAN))
-    result = subprocess.run([str(REPO / "bin" / "serving-rollout"), "plan", str(plan), "-i", "inventory/lab-vllm",
-                             "--evidence", evidence, "-e", json.dumps(UPGRADE_VARS)],
-                            cwd=REPO, capture_output=True, text=True, timeout=1500)
-    runs = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
-    return result, runs, before, evidence
+    return plan_run(UPGRADE_PLAN, UPGRADE_VARS, "real-vllm-upgrade-")
 
 
 # Alone on the machine, as the scheduler's: its decision is a measured comparison of two real releases.
@@ -378,7 +373,7 @@ def test_an_engine_upgrade_is_read_from_its_build_proven_measured_decided_and_re
     assert decision["numerics"]["tolerance"] == "version-change", decision["numerics"]
     assert decision["numerics"]["candidate"]["verdict"] == "pass", decision["numerics"]
     assert decision["endurance"]["ok"] and decision["kv_capacity"]["verdict"] == "kept", decision
-    assert decision["rule"] == {"guard": ["ttft_s", "e2e_s"], "need_better": [], "noninferior_margin": 0.5}
+    assert decision["rule"] == {"guard": ["ttft_s", "e2e_s"], "need_better": [], "noninferior_margin": 1.0}
     assert decision["verdict"] == "acceptable" and decision["promotion_allowed"], decision
     cells = json.loads((run / "cells.json").read_text())["arms"]["candidate"]
     assert [(c["name"], c.get("concurrency", 1)) for c in cells] == [("1k-words", 1), ("1k-words-c4", 4)], cells
