@@ -254,7 +254,9 @@ def test_an_engine_image_upgrade_is_one_control_proven_by_the_engines_version_an
         assert difference["control"] == "image" and difference["after"] == new, difference
         decision = json.loads((run / "decision.json").read_text())
         assert decision["versions"]["original"]["engine"] == "0.5.5", decision["versions"]
-        assert decision["versions"]["candidate"] == {"engine": "0.5.6", "nccl": ["2.28.9"], "image": new}
+        candidate = decision["versions"]["candidate"]
+        assert {k: candidate[k] for k in ("engine", "nccl", "image", "build")} == \
+            {"engine": "0.5.6", "nccl": ["2.28.9"], "image": new, "build": None}, candidate  # its build is its image
         gates = {r["gate"] for r in json.loads((run / "gates.json").read_text())["candidate"]}
         assert {"smoke", "json", "needle", "tool_call", "contract"} <= gates, gates  # every gate, for an upgrade
         card = (run / "result-card.md").read_text()
