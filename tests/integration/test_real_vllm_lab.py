@@ -330,6 +330,14 @@ def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(
                 "arguments: unrecognized arguments: --custom-histogram-buckets") in text, text[-3000:]
         assert on("test", "-e", "/etc/systemd/system/vllm-flags-candidate.service", check=False).returncode == 1
         assert on("test", "-e", "/var/lib/serving-rollout/vllm-flags.service", check=False).returncode == 1
+        # a Python that is no build of vLLM (the host's own), refused naming it
+        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "vllm-flags.service",
+                                                       "serving_recipe_candidate_id": "engine-build",
+                                                       "serving_recipe_control_value": "/usr/bin/python3"},
+                              inventory="inventory/lab-vllm", local=False)
+        text = " ".join(result.stdout.split())
+        assert result.returncode != 0 and "candidate refused before any change: /usr/bin/python3 is not an " \
+            "installed build of vllm: its Python 3.11.2 has no 'vllm' package" in text, text[-3000:]
         assert identity() == before  # the serving original never touched
     finally:
         on("sh", "-c", "rm -f /etc/systemd/system/vllm-flags.service; systemctl daemon-reload", check=False)
