@@ -251,9 +251,11 @@ def run_measured(options):
     are kept (their conditions and why); a chunk still unlike the reference is marked disturbed."""
     reference = options.get("reference_conditions")
     limits = {**CONDITION_LIMITS, **(options.get("condition_limits") or {})}
-    discarded = []
-    for _ in range(1 + max(0, int(options.get("remeasure_max", 2)))):
-        result = run_cell(options)
+    discarded, warmed = [], None
+    for attempt in range(1 + max(0, int(options.get("remeasure_max", 2)))):
+        # the engine was warmed before the first attempt: a measurement again needs no second warm-up
+        result = run_cell(options if attempt == 0 else {**options, "warmup": 0})
+        warmed = warmed or result.get("warmup")
         problem = conditions_problem(reference, result["conditions"], limits) if reference else None
         if not problem:
             break
@@ -261,4 +263,4 @@ def run_measured(options):
                           "e2e_s": [r["e2e_s"] for r in result["requests"]]})
     result["remeasured"] = discarded[:-1] if problem else discarded
     result["disturbed"] = problem
-    return result
+    return {**result, "warmup": warmed} if warmed else result

@@ -333,7 +333,10 @@ def numerics(control_id):
 def endurance(control_id):
     """Whether the endurance cell runs by default for this control: transport changes (a hang or a
     leak on a new path shows only after minutes under load) and an entry that says so (an engine build)."""
-    return control_id != CUSTOM and entry(control_id).get("endurance", entry(control_id)["group"] == "transport")
+    if control_id == CUSTOM:
+        return False
+    item = entry(control_id)
+    return item.get("endurance", item["group"] == "transport")
 
 
 def public_flags():

@@ -16,12 +16,12 @@ import re
 from .engine_adapters import adapter
 from .nccl_config import PYTHON_RE
 from .unit_launchers import strip_env
-from .unit_recipe import REDACTED, redact_argv
+from .unit_recipe import PROGRAM_RE, REDACTED, redact_argv
 
-PROGRAM_RE = re.compile(r"^/[^\s\x00-\x1f]+$")
 MARKER = "serving-rollout-build-probe:"
 # Runs under the build's own interpreter: argv[1] the adapter's build spec (JSON), argv[2] the engine's own
-# arguments (JSON) or null. Prints one marker line; everything else it prints is the build's own output.
+# arguments (JSON) or null, argv[3] the marker. Prints one marker line; everything else it prints is the build's own
+# output.
 PROBE = r"""
 import importlib, importlib.metadata as md, json, sys
 spec, words = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -69,17 +69,12 @@ if words is not None and out["version"]:
     except ImportError as exc:
         out["args"] = {"accepted": None, "error": "the parser could not be imported: %s" % exc}
 sys.stdout.flush()
-print("serving-rollout-build-probe:" + json.dumps(out), flush=True)
+print(sys.argv[3] + json.dumps(out), flush=True)
 """
 
 
 class BuildError(ValueError):
     """A path that is not an installed build of the engine, or arguments it refuses: names the value."""
-
-
-def program_index(argv):
-    """The index of the program word in an ExecStart argv (after an `env` prefix)."""
-    return len(argv) - len(strip_env(argv)[0])
 
 
 def engine_words(argv):
@@ -121,7 +116,7 @@ def probe_argv(python, engine, words=None):
     spec = adapter(engine).get("build")
     if not spec:
         raise BuildError(f"the {engine} adapter names no build to read: an engine build needs vLLM or SGLang")
-    return [python, "-c", PROBE, json.dumps(spec), json.dumps(words)]
+    return [python, "-c", PROBE, json.dumps(spec), json.dumps(words), MARKER]
 
 
 def _hidden(words):

@@ -67,6 +67,11 @@ def strip_env(argv):
     return argv[i:], sets, cleared
 
 
+def program_index(argv):
+    """The index of the program word in an argv: after an `env` prefix (strip_env), else 0."""
+    return len(argv) - len(strip_env(argv)[0])
+
+
 def _python(argv):
     """(engine or None, description) for a python interpreter's argv."""
     i = 1

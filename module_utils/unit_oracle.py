@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 
-from .engine_build import program_index
+from .unit_launchers import program_index
 from .unit_recipe import is_public_name
 from .unit_recipe import shown as shown_value
 

