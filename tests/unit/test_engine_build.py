@@ -135,3 +135,16 @@ def test_a_program_change_on_a_process_unit_differs_in_the_program_alone():
         ur.check_one_control(recipe, candidate, {"kind": "arg", "name": "--x"})
     with pytest.raises(ur.RecipeError, match="must be the same kind"):
         ur.apply_change(sections, recipe, {"kind": "program", "value": "/opt/venv/bin/vllm"})
+
+
+def test_a_secret_under_an_unusual_flag_name_is_masked_in_what_the_parser_said():
+    # not a known secret name: masked because its flag is off the allow-list of shown values
+    words = ["--model", "/srv/m", "--vault-unlock-phrase", "zq-hidden-passage-77"]
+    stderr = ("-c: error: argument --vault-unlock-phrase: invalid value 'zq-hidden-passage-77'\n"
+              "UserWarning: --vault-unlock-phrase zq-hidden-passage-77 is deprecated")
+    stdout = eb.MARKER + json.dumps({"python": "3.11.2", "package": "vllm", "distribution": "vllm", "version": "0.32.0",
+                                     "args": {"accepted": False, "error": "exit 2"}})
+    read = eb.read_probe("/opt/v/bin/python", "vllm", 0, stdout, stderr, words)
+    assert "zq-hidden-passage-77" not in json.dumps(read), read
+    assert read["args"]["error"] == f"argument --vault-unlock-phrase: invalid value '{ur.REDACTED}'", read
+    assert read["args"]["deprecated"] == [f"UserWarning: --vault-unlock-phrase {ur.REDACTED} is deprecated"], read
