@@ -10,8 +10,8 @@ Documentation: library/candidate_gates.py."""
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout.host_steps import StepsAction
-from serving_rollout.module_utils.arm import engine_changed
 from serving_rollout.module_utils.gates import failed_gate_message, not_qualified_records
+from serving_rollout.module_utils.unit_stop import engine_changed
 
 # The gates that also go through the router: what a client behind it meets first.
 ROUTED = ("smoke", "json")

@@ -1,8 +1,8 @@
 """Action plugin: one cell of one A/B arm, chunk by chunk, from the controller.
 
-Before each chunk, and after the candidate arm's last, it checks the run may go on (rollout_lock: the
-lock is still this run's, the watchdog's lease renewed in the candidate arm; systemd: the candidate
-engine is the one that became ready), runs the chunk on the host (latency_cell, where the API key stays), shows the
+It runs each chunk on the host (latency_cell, where the API key stays), which first checks the run may go on
+(the lock is still this run's, the watchdog's lease renewed in the candidate arm; systemd: the candidate
+engine is the one that became ready) and, after the candidate arm's chunks, checks again; it shows the
 progress, and in the candidate arm looks at the cell so far (sequential: it stops at the first
 clear look). Returns the merged cell in the shape ab_verdict takes, and the progress fact
 bin/serving-rollout reads. An endurance cell (duration_s) is judged here too, with the candidate's
@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from serving_rollout.module_utils import arm, engine_metrics, host_lock
+from serving_rollout.module_utils import arm, engine_metrics
 from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
@@ -56,14 +56,15 @@ class ActionModule(ActionBase):
         looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
         chunks, look, started = [], {}, time.monotonic()
         for start in range(0, n, chunk):
-            self.go_on(args, task_vars)
             result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
                 **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
                 "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
                 "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
                 # the cell's first chunk warms the engine with its shape first (an endurance cell needs none)
                 "warmup": int(args.get("warmup_waves") or 0) * concurrency if start == 0 and not deadline else 0,
-                **({"reference_conditions": reference} if reference else {}), **self.lease_kept(args)})
+                **({"reference_conditions": reference} if reference else {}), **self.guard(args)})
+            if result.get("stopped"):  # the run may not go on: another run took the lock, the candidate crashed
+                raise AnsibleActionFail(result["stopped"])
             if result.get("failed") or result.get("lease_problem"):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
                                                f"{result.get('lease_problem') or result.get('msg', result)}"}
@@ -86,8 +87,8 @@ class ActionModule(ActionBase):
             display.display(f"{host}: cell {name} {args['arm']}: "
                             f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")
         # a candidate that exited or restarted after its last chunk crashed all the same: never a result
-        if args["arm"] == "candidate":
-            self.go_on(args, task_vars, when="last cell")
+        if result.get("stopped_after"):
+            raise AnsibleActionFail(result["stopped_after"])
         # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
         cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
         if args["arm"] == "candidate" and args.get("accept_length_from_log"):
@@ -130,30 +131,12 @@ class ActionModule(ActionBase):
         return dict(cell, engine_log={"accept_length": scan["scan"]["accept_length"]})
 
     @staticmethod
-    def lease_kept(args):
-        """The candidate arm's chunks renew the watchdog's lease on the host while they run (latency_cell)."""
-        if args["arm"] != "candidate" or not args.get("lease_s"):
-            return {}
-        return {"lock_path": args["lock_path"], "lock_token": args["lock_token"], "lease_s": int(args["lease_s"])}
-
-    def go_on(self, args, task_vars, when="cells"):
-        """Stop measuring when another run took the lock over, or when the candidate engine exited or
-        restarted since it became ready (a crash of the run, never a slower arm). The candidate arm renews the
-        watchdog's lease here, between its chunks, and on the host while each runs."""
-        candidate = args["arm"] == "candidate"
-        lock = self._execute_module(module_name="rollout_lock", task_vars=task_vars, module_args={
-            "path": args["lock_path"], "token": args["lock_token"], "state": "held",
-            **({"lease_s": int(args["lease_s"])} if candidate and args.get("lease_s") else {})})
-        if lock.get("failed"):
-            raise AnsibleActionFail(f"could not read the lock {args['lock_path']}: {lock.get('msg')}")
-        lost = host_lock.lock_lost(lock)
-        if lost:
-            raise AnsibleActionFail(lost)
-        if candidate:
-            unit = self._execute_module(module_name="ansible.builtin.systemd_service", task_vars=task_vars,
-                                        module_args={"name": args["candidate_unit"]})
-            if unit.get("failed"):
-                raise AnsibleActionFail(f"could not read {args['candidate_unit']}: {unit.get('msg')}")
-            changed = arm.engine_changed(args["candidate_identity"], unit.get("status") or {}, when)
-            if changed:
-                raise AnsibleActionFail(changed)
+    def guard(args):
+        """What latency_cell checks on the host before a chunk: the lock still this run's (every arm); in the
+        candidate arm the watchdog's lease renewed before and while it runs, the candidate engine the one that
+        became ready, and both asked again after the chunk."""
+        guard = {"lock_path": args["lock_path"], "lock_token": args["lock_token"]}
+        if args["arm"] != "candidate":
+            return guard
+        return {**guard, **({"lease_s": int(args["lease_s"])} if args.get("lease_s") else {}), "check_after": True,
+                "candidate_unit": args["candidate_unit"], "candidate_identity": args["candidate_identity"]}

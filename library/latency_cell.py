@@ -14,10 +14,14 @@ description:
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
   - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
     between them; the latency_arm action drives the chunks and merges them (module_utils/arm.py).
-  - With C(lock_path), C(lock_token) and C(lease_s) (the candidate arm), renews the host watchdog's lease while
-    the chunk runs, for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper) - a chunk
-    against a stalled engine runs to every request's timeout, and the watchdog must never act behind a living
-    run. That lease file is all it writes.
+  - With C(lock_path) and C(lock_token), first checks the run may go on (module_utils/cells.py may_go_on) - the
+    lock still holds the token and, with C(candidate_unit), the candidate engine is the one that became ready
+    (C(candidate_identity)) - and returns C(stopped) without sending a request when it may not; with
+    C(check_after) it asks again after the chunk (C(stopped_after)).
+  - With C(lease_s) too (the candidate arm), renews the host watchdog's lease before and while the chunk runs,
+    for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper) - a chunk against a stalled
+    engine runs to every request's timeout, and the watchdog must never act behind a living run. That lease
+    file is all it writes.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
 options:
   base_url: {description: Engine URL on the host (required here or in C(connection))., type: str}
@@ -42,9 +46,12 @@ options:
   contract_pattern: {description: Regular expression each word must match., type: str, default: "^[A-Z]+[0-9]+$"}
   timeout_s: {description: Time limit of one request., type: float, default: 600}
   telemetry_interval_s: {description: NVML sampling interval., type: float, default: 1.0}
-  lock_path: {description: "The rollout lock, whose lease is renewed while the chunk runs (empty - not renewed).", type: path}
+  lock_path: {description: "The rollout lock this run must still hold for the chunk to run (empty - not checked).", type: path}
   lock_token: {description: This run's lock token; renewals stop once the lock holds another., type: str}
-  lease_s: {description: The lease renewed while the chunk runs in seconds., type: int}
+  lease_s: {description: "The lease renewed before and while the chunk runs, in seconds (empty - not renewed).", type: int}
+  candidate_unit: {description: "The candidate's unit, whose engine must be the one that became ready (empty - not checked).", type: str}
+  candidate_identity: {description: "The candidate's ActiveState, MainPID, InvocationID, NRestarts at ready.", type: dict}
+  check_after: {description: "Whether to check again after the chunk (the candidate arm's last chunk).", type: bool, default: false}
   engine:
     description: >-
       The engine (its adapter names its /metrics); given, the engine's own /metrics is read before and
@@ -87,6 +94,16 @@ lease_renewals:
   type: int
   returned: always
   sample: 3
+stopped:
+  description: Why the run must stop measuring, checked before the chunk (no request was sent), else null.
+  type: str
+  returned: always
+  sample: "the lock was taken over by ctl-2 (run 20261205T101010Z); this run stops measuring"
+stopped_after:
+  description: The same, checked again after the chunk (with check_after), else null.
+  type: str
+  returned: always
+  sample: "the candidate engine exited during the last cell: ActiveState failed, MainPID 41 -> 0, ..."
 lease_problem:
   description: Why a renewal failed (a full state folder), else null; the renewals ended there.
   type: str
@@ -106,9 +123,11 @@ cell:
 import contextlib
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import run_measured
+from ansible.module_utils.cells import may_go_on, run_measured
 from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
 from ansible.module_utils.env_files import module_api_key
+from ansible.module_utils.host_commands import runner
+from ansible.module_utils.host_lock import Refused
 from ansible.module_utils.watchdog import LeaseKeeper
 
 
@@ -140,8 +159,12 @@ def main():
             "lock_path": {"type": "path"},
             "lock_token": {"type": "str", "no_log": True},
             "lease_s": {"type": "int"},
+            "candidate_unit": {"type": "str"},
+            "candidate_identity": {"type": "dict"},
+            "check_after": {"type": "bool", "default": False},
         },
-        required_together=[("lock_path", "lock_token", "lease_s")],
+        required_together=[("lock_path", "lock_token")],
+        required_by={"lease_s": "lock_path", "candidate_unit": "lock_path", "check_after": "lock_path"},
         supports_check_mode=False,
     )
     connect_module(module)
@@ -153,12 +176,27 @@ def main():
         module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
     if p["remeasure_max"] < 0:
         module.fail_json(msg=f"remeasure_max must be at least 0, got {p['remeasure_max']}")
-    keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] else None
+    stopped = guarded(module, p)
+    if stopped:
+        module.exit_json(changed=False, cell=None, stopped=stopped, stopped_after=None, lease_renewals=None,
+                         lease_problem=None)
+    keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] and p["lease_s"] else None
     with keeper or contextlib.nullcontext():
         result = run_measured({**p, "api_key": module_api_key(module)})
     module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
                                           "concurrency": p["concurrency"], **result},
+                     stopped=None, stopped_after=guarded(module, p, "last cell") if p["check_after"] else None,
                      lease_renewals=keeper.renewals if keeper else None, lease_problem=keeper.problem if keeper else None)
+
+
+def guarded(module, p, when="cells"):
+    """Why the run must stop measuring (cells.may_go_on), or None; nothing to check without a lock."""
+    if not p["lock_path"]:
+        return None
+    try:
+        return may_go_on(p, runner(module), when)
+    except Refused as refused:
+        module.fail_json(msg=f"could not read the lock {p['lock_path']}: {refused.msg}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """One arm of the A/B, cell by cell, as the latency_arm action plugin runs it on the controller:
 how many requests a cell of an arm gets, its chunks merged into one cell, the candidate's
-sequential look, the progress and summary lines, and whether the run may go on.
+sequential look, and the progress and summary lines (whether the run may go on is asked on the host
+before each chunk: cells.py may_go_on).
 
 Pure functions; ValueError names the bad value."""
 
@@ -167,19 +168,3 @@ def stalled(chunk, timeout_s):
         return (f"the engine stalled (a hang): all {len(records)} requests of the last chunk timed out after "
                 f"{float(timeout_s):g} s each")
     return None
-
-
-
-def engine_changed(identity, status, when="cells"):
-    """Why the candidate engine no longer is the one that became ready (exited or restarted:
-    a crash of the run, never a slower arm), else None. `identity` and `status` are systemd's
-    ActiveState, MainPID, InvocationID, NRestarts at ready and now."""
-    same = status.get("ActiveState") == "active" and all(
-        str(status.get(key)) == str(identity.get(key)) for key in ("MainPID", "InvocationID", "NRestarts"))
-    if same:
-        return None
-    what = "exited" if status.get("ActiveState") != "active" else "restarted"
-    return (f"the candidate engine {what} during the {when}: ActiveState {status.get('ActiveState')}, "
-            f"MainPID {identity.get('MainPID')} -> {status.get('MainPID')}, "
-            f"NRestarts {identity.get('NRestarts')} -> {status.get('NRestarts')}, "
-            f"InvocationID {str(identity.get('InvocationID'))[:12]} -> {str(status.get('InvocationID'))[:12]}")

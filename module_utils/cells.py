@@ -20,8 +20,10 @@ from .conditions import (
 )
 from .engine_client import chat as http_chat
 from .engine_client import get_text
+from .host_lock import held, lock_lost, read_lock
 from .nvml_facts import decode_clock_events
 from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
+from .unit_stop import engine_changed, unit_identity
 
 
 def request_record(index, result, words, pattern, contract_tokens=None):
@@ -243,6 +245,20 @@ def chunk_conditions(cpu_before, cpu_after, telemetry, gpu_processes=None):
                                  - BENIGN_CLOCK_EVENTS)
     out["gpu_processes"] = gpu_processes
     return out
+
+
+def may_go_on(guard, run, when="cells"):
+    """Why the run must stop measuring, else None, asked on the host around a chunk (no round trip of its own):
+    the lock no longer holds this run's token (another run took it over; the watchdog's lease is renewed when it
+    does and guard has lease_s), or the candidate engine exited or restarted since it became ready (guard's
+    candidate_unit and candidate_identity: a crash of the run, never a slower arm). guard: lock_path, lock_token,
+    lease_s, candidate_unit, candidate_identity. A lease that cannot be written raises host_lock.Refused."""
+    lock = held({"path": guard["lock_path"], "token": guard["lock_token"], "lease_s": guard.get("lease_s"),
+                 "must_hold": False}, read_lock(guard["lock_path"]), check_mode=False)
+    lost = lock_lost(lock)
+    if lost or not guard.get("candidate_unit"):
+        return lost
+    return engine_changed(guard.get("candidate_identity") or {}, unit_identity(run, guard["candidate_unit"]), when)
 
 
 def run_measured(options):

@@ -18,6 +18,28 @@ def active_state(run, unit):
     return out.strip()
 
 
+def unit_identity(run, unit):
+    """systemd's ActiveState, MainPID, InvocationID and NRestarts of the unit now: what engine_changed compares
+    with the identity the candidate had when it became ready."""
+    _, out, _ = run(["systemctl", "show", "-p", "ActiveState,MainPID,InvocationID,NRestarts", "--", unit])
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def engine_changed(identity, status, when="cells"):
+    """Why the candidate engine no longer is the one that became ready (exited or restarted:
+    a crash of the run, never a slower arm), else None. `identity` and `status` are systemd's
+    ActiveState, MainPID, InvocationID, NRestarts at ready and now."""
+    same = status.get("ActiveState") == "active" and all(
+        str(status.get(key)) == str(identity.get(key)) for key in ("MainPID", "InvocationID", "NRestarts"))
+    if same:
+        return None
+    what = "exited" if status.get("ActiveState") != "active" else "restarted"
+    return (f"the candidate engine {what} during the {when}: ActiveState {status.get('ActiveState')}, "
+            f"MainPID {identity.get('MainPID')} -> {status.get('MainPID')}, "
+            f"NRestarts {identity.get('NRestarts')} -> {status.get('NRestarts')}, "
+            f"InvocationID {str(identity.get('InvocationID'))[:12]} -> {str(status.get('InvocationID'))[:12]}")
+
+
 def stop_if_running(run, unit):
     """`systemctl stop unit`; None when it is stopped, else the error. A unit that ended on its own between the
     caller's read and this stop is stopped too: a transient unit (systemd-run --collect, the watchdog) is then

@@ -1,11 +1,12 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
+import json
+
 import pytest
 
 from serving_rollout.module_utils import arm
 from serving_rollout.module_utils.arm import (
     cell_size,
-    engine_changed,
     look_at,
     merge_chunks,
     progress,
@@ -13,6 +14,7 @@ from serving_rollout.module_utils.arm import (
 )
 from serving_rollout.module_utils.cells import Telemetry, run_cell
 from serving_rollout.module_utils.host_lock import lock_lost
+from serving_rollout.module_utils.unit_stop import engine_changed
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -201,6 +203,34 @@ def test_an_arms_cell_size_summary_and_go_on_reasons():
         "NRestarts 0 -> 1, InvocationID abcdef012345 -> ffff")
     assert engine_changed(ready, {"ActiveState": "active", "MainPID": 77, "InvocationID": "99",
                                   "NRestarts": 1}).startswith("the candidate engine restarted during the cells")
+
+
+def test_may_go_on_reads_the_lock_and_the_candidates_identity_on_the_host(tmp_path):
+    from serving_rollout.module_utils.cells import may_go_on
+
+    lock = tmp_path / "sglang.service.lock"
+    lock.write_text(json.dumps({"token": "mine", "holder": "root@ctl pid 9", "run_id": "r1"}))
+    shown = {"ActiveState": "active", "MainPID": "41", "InvocationID": "abc", "NRestarts": "0"}
+    calls = []
+
+    def run(argv):  # systemd's reading, as systemctl show prints it
+        calls.append(argv)
+        return 0, "".join(f"{key}={value}\n" for key, value in shown.items()), ""
+
+    guard = {"lock_path": str(lock), "lock_token": "mine", "lease_s": 30, "candidate_unit": "c.service",
+             "candidate_identity": {"MainPID": 41, "InvocationID": "abc", "NRestarts": 0}}
+    assert may_go_on(guard, run) is None
+    assert calls == [["systemctl", "show", "-p", "ActiveState,MainPID,InvocationID,NRestarts", "--", "c.service"]]
+    assert (tmp_path / "sglang.service.lock.lease").exists()  # the candidate arm's lease renewed before the chunk
+    shown.update(MainPID="77", NRestarts="1")
+    assert may_go_on(guard, run, "last cell").startswith("the candidate engine restarted during the last cell")
+    # a baseline arm asks the lock only; a lock taken over is the reason, before systemd is asked
+    assert may_go_on({"lock_path": str(lock), "lock_token": "mine"}, run) is None and len(calls) == 2
+    assert may_go_on(dict(guard, lock_token="stale"), run) == (
+        "the lock was taken over by root@ctl pid 9 (run r1); this run stops measuring")
+    lock.unlink()
+    assert may_go_on(guard, run).startswith("the lock was taken over by nobody (it was removed)")
+    assert len(calls) == 2
 
 
 def test_the_go_on_checks_give_the_actions_reasons():

@@ -4,8 +4,12 @@ here (ScriptedHost answers each module with a scripted result and records the ca
 the same actions in every rollout and rollback (tests/integration/test_rollout_faults.py, test_fleet.py)."""
 
 import importlib.util
+import re
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
+from ansible.errors import AnsibleActionFail
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -299,9 +303,7 @@ def endurance_chunk():
 
 
 def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verdict():
-    running = {"status": {"ActiveState": "active", "MainPID": "41", "InvocationID": "abc", "NRestarts": "0"}}
     action, calls = scripted("latency_arm", ENDURANCE_ARGS, {
-        "rollout_lock": {"held": True}, "ansible.builtin.systemd_service": running,
         "latency_cell": [endurance_chunk()],
         "journal_scan": {"scan": {"crashed": True, "cause": "CUDA error: an illegal memory access", "errors": []}}})
     result = action.run(task_vars={"inventory_hostname": "h1"})
@@ -322,18 +324,38 @@ def test_a_stalled_candidate_is_named_a_hang_after_one_chunk_its_lease_renewed_w
             "remeasure_max": 0, "lock_path": "/l", "lock_token": "tok", "lease_s": 15,
             "candidate_unit": "sglang-candidate.service",
             "candidate_identity": {"MainPID": "7", "NRestarts": "0", "InvocationID": "i1"}}
-    action, calls = scripted("latency_arm", args, {
-        "rollout_lock": {"held": True}, "ansible.builtin.systemd_service": {"status": {
-            "ActiveState": "active", "MainPID": "7", "NRestarts": "0", "InvocationID": "i1"}},
-        "latency_cell": {"cell": chunk}})
+    action, calls = scripted("latency_arm", args, {"latency_cell": {"cell": chunk}})
     result = action.run(task_vars={"inventory_hostname": "h1"})
     assert result["failed"] and result["msg"] == ("cell 1k candidate, requests 1..: the engine stalled (a hang): all "
                                                   "2 requests of the last chunk timed out after 30 s each")
-    assert [name for name, _ in calls] == ["rollout_lock", "ansible.builtin.systemd_service", "latency_cell"]
-    assert calls[0][1]["lease_s"] == 15  # renewed before the chunk ...
-    # ... and on the host while it runs, as long as the lock is this run's
-    assert {k: calls[2][1][k] for k in ("lock_path", "lock_token", "lease_s")} == {
-        "lock_path": "/l", "lock_token": "tok", "lease_s": 15}
+    # one round trip per chunk: the host checks the lock and the candidate's identity, renews the lease before
+    # and while the chunk runs, as long as the lock is this run's, and asks again after it
+    assert [name for name, _ in calls] == ["latency_cell"]
+    assert {k: calls[0][1][k] for k in ("lock_path", "lock_token", "lease_s", "candidate_unit", "check_after")} == {
+        "lock_path": "/l", "lock_token": "tok", "lease_s": 15, "candidate_unit": "sglang-candidate.service",
+        "check_after": True}
+    assert calls[0][1]["candidate_identity"] == args["candidate_identity"]
+
+
+def test_a_chunk_the_host_refuses_stops_the_arm_with_its_reason_and_a_crash_after_the_last_chunk_too():
+    lost = "the lock was taken over by root@c pid 9 (run r2); this run stops measuring"
+    args = {"arm": "baseline-1", "cell": {"name": "1k", "prompt_tokens": 1000}, "requests": 4, "chunk": 2,
+            "bracket": 4, "sequential": True, "base_url": "http://127.0.0.1:30000", "timeout_s": 30,
+            "lock_path": "/l", "lock_token": "tok"}
+    action, calls = scripted("latency_arm", args, {"latency_cell": {"cell": None, "stopped": lost}})
+    with pytest.raises(AnsibleActionFail, match=re.escape(lost)):
+        action.run(task_vars={"inventory_hostname": "h1"})
+    # the first chunk was refused on the host: no second one, no check of a candidate in a baseline arm
+    assert len(calls) == 1 and {k: v for k, v in calls[0][1].items() if k.startswith(("lock", "lease", "candidate"))} \
+        == {"lock_path": "/l", "lock_token": "tok"}
+    crashed = "the candidate engine exited during the last cell: ActiveState failed, MainPID 7 -> 0"
+    chunk = endurance_chunk()["cell"] | {"name": "1k", "contract_violations": []}
+    action, calls = scripted("latency_arm", dict(args, arm="candidate", sequential=False, requests=2, lease_s=15,
+                                                 candidate_unit="c.service", candidate_identity={"MainPID": "7"}),
+                             {"latency_cell": {"cell": chunk | {"arm": "candidate"}, "stopped_after": crashed}})
+    with pytest.raises(AnsibleActionFail, match=re.escape(crashed)):
+        action.run(task_vars={"inventory_hostname": "h1"})
+    assert len(calls) == 1 and calls[0][1]["check_after"] is True
 
 
 def test_the_engine_connection_is_one_value_an_argument_given_on_its_own_wins():
