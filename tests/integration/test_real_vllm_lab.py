@@ -344,15 +344,30 @@ def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(
 
 
 @pytest.fixture(scope="module")
-def upgrade_run(vllm_host):
-    """The operator's original on the older release (an edit adopted with renew.yml), then the upgrade to the lab's
-    own build through the plan executor. Leaves the original on the older release (the TP 2 test, or the next
-    vllm-up.sh, provisions VERSION again)."""
+def older_original(vllm_host):
+    """The operator's original on the older release, an edit adopted with renew.yml. Leaves the original on the
+    older release (the TP 2 test, or the next vllm-up.sh, provisions VERSION again)."""
     provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_venv": f"/opt/vllm-{OTHER}"},
                              inventory="inventory/lab-vllm", local=False, timeout=1500)
     assert provision.returncode == 0, provision.stdout[-3000:]
     renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
     assert renew.returncode == 0, renew.stdout[-3000:]
+
+
+# Its own test, not alone: the set-up of the upgrade below need not hold the machine (only its measured run does).
+def test_the_older_release_serves_as_the_original_adopted_as_the_restore_recipe(older_original):
+    unit = on("cat", UNIT).stdout
+    assert f"ExecStart={OTHER_PYTHON} -m vllm.entrypoints.openai.api_server" in unit, unit
+    assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": OTHER}
+    # renew.yml adopted the edit: the snapshot the next rollout restores holds the unit as it is now
+    manifest = json.loads(on("cat", "/var/lib/serving-rollout/vllm.service/manifest.json").stdout)
+    kept = {f["path"]: f["sha256"] for f in manifest["files"]}
+    assert kept[UNIT] == on("sha256sum", UNIT).stdout.split()[0], manifest
+
+
+@pytest.fixture(scope="module")
+def upgrade_run(older_original):
+    """The upgrade from the older original to the lab's own build through the plan executor."""
     return plan_run(UPGRADE_PLAN, UPGRADE_VARS, "real-vllm-upgrade-")
 
 
