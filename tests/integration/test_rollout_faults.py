@@ -149,9 +149,9 @@ def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_ac
 
 # hang_before_ready is the watchdog test's second half (named as a hang in its phase, restored).
 def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_in_its_phase(lab_baseline):
-    """A candidate that needs 25 s and logs its loading is slow, not hung: it passes under a 10 s stall limit.
+    """A candidate that needs 16 s and logs its loading is slow, not hung: it passes under a 10 s stall limit.
     One that logs one line and then nothing is a hang, named with that line, long before the time-out."""
-    inject("startup:25")
+    inject("startup:16")  # longer than the stall limit, a line each second
     slow = rollout(rollout_ready_timeout_s=120, rollout_boot_stall_s=10)
     assert slow.returncode == 0, slow.stdout[-3000:]
     assert_restored(*lab_baseline)
