@@ -51,7 +51,7 @@ options:
   lease_s: {description: "The lease renewed before and while the chunk runs, in seconds (empty - not renewed).", type: int}
   candidate_unit: {description: "The candidate's unit, whose engine must be the one that became ready (empty - not checked).", type: str}
   candidate_identity: {description: "The candidate's ActiveState, MainPID, InvocationID, NRestarts at ready.", type: dict}
-  check_after: {description: "Whether to check again after the chunk (the candidate arm's last chunk).", type: bool, default: false}
+  check_after: {description: "Whether to check again after the chunk (the candidate arm: an engine that exited during its last chunk).", type: bool, default: false}
   engine:
     description: >-
       The engine (its adapter names its /metrics); given, the engine's own /metrics is read before and

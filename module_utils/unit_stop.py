@@ -18,10 +18,14 @@ def active_state(run, unit):
     return out.strip()
 
 
+# What makes an active engine the same one that became ready (engine_changed; unit_identity reads them).
+SAME_ENGINE = ("MainPID", "InvocationID", "NRestarts")
+
+
 def unit_identity(run, unit):
-    """systemd's ActiveState, MainPID, InvocationID and NRestarts of the unit now: what engine_changed compares
-    with the identity the candidate had when it became ready."""
-    _, out, _ = run(["systemctl", "show", "-p", "ActiveState,MainPID,InvocationID,NRestarts", "--", unit])
+    """systemd's ActiveState and SAME_ENGINE properties of the unit now: what engine_changed compares with the
+    identity the candidate had when it became ready."""
+    _, out, _ = run(["systemctl", "show", "-p", ",".join(("ActiveState",) + SAME_ENGINE), "--", unit])
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -30,7 +34,7 @@ def engine_changed(identity, status, when="cells"):
     a crash of the run, never a slower arm), else None. `identity` and `status` are systemd's
     ActiveState, MainPID, InvocationID, NRestarts at ready and now."""
     same = status.get("ActiveState") == "active" and all(
-        str(status.get(key)) == str(identity.get(key)) for key in ("MainPID", "InvocationID", "NRestarts"))
+        str(status.get(key)) == str(identity.get(key)) for key in SAME_ENGINE)
     if same:
         return None
     what = "exited" if status.get("ActiveState") != "active" else "restarted"
