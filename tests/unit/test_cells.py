@@ -1,6 +1,7 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -331,3 +332,44 @@ def test_a_cells_warm_up_is_untimed_of_the_cells_shape_at_its_concurrency():
     assert max(lengths) - min(lengths) < 10, lengths  # the same prompt shape (unique prefixes differ by a few)
     assert "warmup" not in run_cell({"base_url": "http://x", "requests": 1, "prompt_tokens": 300, "chat": engine,
                                      "telemetry_interval_s": 60})
+
+
+# ---- library/latency_cell.py in-process: a chunk the host refuses sends no request --------------------------
+
+def latency_cell_main(args, monkeypatch, capsys):
+    """library/latency_cell.py's main with `args`, as AnsiballZ runs it: its exit_json or fail_json document."""
+    import importlib.util
+
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    from serving_rollout.module_utils import cells
+
+    spec = importlib.util.spec_from_file_location("latency_cell", Path(cells.__file__).parents[1] / "library" /
+                                                  "latency_cell.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # what AnsiballZ sets before main
+    with pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_latency_cell_stops_before_its_chunk_when_the_lock_is_another_runs_and_names_an_unwritable_lease(
+        tmp_path, monkeypatch, capsys):
+    lock = tmp_path / "sglang.service.lock"
+    lock.write_text(json.dumps({"token": "theirs", "holder": "root@ctl-2 pid 7", "run_id": "r2"}))
+    # no engine listens here: a request sent would come back as a failed record, not as `stopped`
+    args = {"base_url": "http://127.0.0.1:9", "name": "1k", "arm": "candidate", "prompt_tokens": 10,
+            "requests": 2, "lock_path": str(lock), "lock_token": "mine", "lease_s": 30}
+    out = latency_cell_main(args, monkeypatch, capsys)
+    assert out["stopped"] == "the lock was taken over by root@ctl-2 pid 7 (run r2); this run stops measuring", out
+    assert out["cell"] is None and not out.get("failed")
+    assert not (tmp_path / "sglang.service.lock.lease").exists()  # another run's lock: its lease is not ours
+    # this run's lock, but its lease cannot be written (a directory stands where the file goes): failed, named
+    lock.write_text(json.dumps({"token": "mine", "holder": "root@ctl pid 9", "run_id": "r1"}))
+    (tmp_path / "sglang.service.lock.lease").mkdir()
+    out = latency_cell_main(args, monkeypatch, capsys)
+    assert out["failed"] and out["msg"].startswith(
+        f"could not read the lock {lock}: cannot renew the lease {lock}.lease: "), out
