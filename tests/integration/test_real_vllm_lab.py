@@ -306,9 +306,13 @@ UPGRADE_VARS = {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6, "rollo
                 # a 2-core CPU shared with other jobs, where a C4 cell's TTFT (each prompt waits behind its wave's
                 # others) spreads by -40..+70 %: no worse than twice as slow (production: 5 %)
                 "rollout_noninferior_margin": 1.0,
-                # and a "worse" needs 25 %: warm, the two releases differ by nothing measurable, but one C4 look
-                # of 4 requests once read +5.4 % [+3.7, +7.0] (a 26 % drift between the brackets) in a full run
-                "rollout_min_effect": 0.25,
+                # and a "worse" needs twice as slow too, the resolution this machine gives: warm, the two releases
+                # differ by nothing measurable, but a CI run beside another job once read C4's E2E "worse" (>= 25 %)
+                # and one C4 look of 4 requests +5.4 % [+3.7, +7.0] (a 26 % drift between the brackets)
+                "rollout_min_effect": 1.0,
+                # a job starting within the 20 s moves the last third of the chunks against the first (once +13.9 %
+                # in a CI run; production 10 %): the lab asks a slow-down to grow by half before it is drift
+                "rollout_endurance_drift_limit": 0.5,
                 "rollout_cells": [{"name": "1k-words", "prompt_tokens": 1000},
                                   {"name": "1k-words-c4", "prompt_tokens": 1000, "concurrency": 4, "requests": 16}]}
 
