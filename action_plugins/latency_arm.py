@@ -20,6 +20,10 @@ from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
 
+# An endurance cell's chunks run on the host a slice at a time (latency_cell's for_s): one round trip a slice, and
+# a progress line between slices (the host checks the lock and the candidate before every chunk).
+ENDURANCE_SLICE_S = 30.0
+
 # What latency_cell takes from this task as it is; the plugin sets name, arm, first_index, requests,
 # reference_conditions and the remeasure settings itself.
 CELL_ARGS = ("base_url", "model", "api_key_var", "env_files", "contract_words", "contract", "timeout_s",
@@ -54,35 +58,38 @@ class ActionModule(ActionBase):
         first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
         reference = first.get("conditions") if first and args["arm"] != "baseline-1" else None
         looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
-        chunks, look, started = [], {}, time.monotonic()
-        for start in range(0, n, chunk):
+        chunks, look, started, start = [], {}, time.monotonic(), 0
+        while True:
             result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
                 **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
                 "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
                 "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
                 # the cell's first chunk warms the engine with its shape first (an endurance cell needs none)
                 "warmup": int(args.get("warmup_waves") or 0) * concurrency if start == 0 and not deadline else 0,
+                # an endurance cell runs chunk after chunk on the host, a slice of its time a round trip
+                "for_s": min(ENDURANCE_SLICE_S, max(deadline - time.monotonic(), 0.001)) if deadline else 0,
                 **({"reference_conditions": reference} if reference else {}), **self.guard(args)})
             if result.get("stopped"):  # the run may not go on: another run took the lock, the candidate crashed
                 raise AnsibleActionFail(result["stopped"])
             if result.get("failed") or result.get("lease_problem"):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
                                                f"{result.get('lease_problem') or result.get('msg', result)}"}
-            chunks.append(result["cell"])
+            got = result["chunks"] if deadline else [result["cell"]]
+            chunks, begun = chunks + got, start
+            start += sum(len(c["requests"]) for c in got)
             # (an endurance cell judges a hang itself, with its own hang time: arm.endurance_judgement)
             hang = arm.stalled(result["cell"], args.get("timeout_s") or 600) \
                 if args["arm"] == "candidate" and not deadline else None
             if hang:
-                return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: {hang}"}
+                return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {begun + 1}..: {hang}"}
             so_far = arm.merge_chunks(chunks)
             if looks:
-                look = arm.look_at(so_far, first, look=start // chunk + 1, requests=requests,
+                look = arm.look_at(so_far, first, look=len(chunks), requests=requests,
                                    chunk=chunk, bracket=bracket, alpha=float(args.get("alpha", 0.05)),
                                    cells=int(args.get("cells", 1)), min_effect=float(args.get("min_effect", 0.02)),
                                    rule=args.get("rule"))
             # an endurance cell stops at its first failure (a hang or an error is its verdict already)
-            if look.get("stop") or len(so_far["requests"]) >= n or \
-                    (deadline and (time.monotonic() >= deadline or so_far["failures"])):
+            if look.get("stop") or start >= n or (deadline and (time.monotonic() >= deadline or so_far["failures"])):
                 break
             display.display(f"{host}: cell {name} {args['arm']}: "
                             f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")

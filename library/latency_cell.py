@@ -18,6 +18,8 @@ description:
     lock still holds the token and, with C(candidate_unit), the candidate engine is the one that became ready
     (C(candidate_identity)) - and returns C(stopped) without sending a request when it may not; with
     C(check_after) it asks again after the chunk (C(stopped_after)).
+  - With C(for_s) (an endurance cell), runs chunk after chunk for that long in one module run, the check above
+    before each.
   - With C(lease_s) too (the candidate arm), renews the host watchdog's lease before and while the chunk runs,
     for as long as the lock holds the token (module_utils/watchdog.py LeaseKeeper) - a chunk against a stalled
     engine runs to every request's timeout, and the watchdog must never act behind a living run. That lease
@@ -52,6 +54,13 @@ options:
   candidate_unit: {description: "The candidate's unit, whose engine must be the one that became ready (empty - not checked).", type: str}
   candidate_identity: {description: "The candidate's ActiveState, MainPID, InvocationID, NRestarts at ready.", type: dict}
   check_after: {description: "Whether to check again after the chunk (the candidate arm: an engine that exited during its last chunk).", type: bool, default: false}
+  for_s:
+    description: >-
+      An endurance cell's slice. Above 0, chunks of C(requests) follow one another on the host until C(for_s) seconds
+      have passed since the first began, a chunk had a failed request, or the run may not go on (asked before each
+      chunk, as before the first); they are returned as C(chunks). 0 - one chunk, returned as C(cell).
+    type: float
+    default: 0
   engine:
     description: >-
       The engine (its adapter names its /metrics); given, the engine's own /metrics is read before and
@@ -95,7 +104,9 @@ lease_renewals:
   returned: always
   sample: 3
 stopped:
-  description: Why the run must stop measuring, checked before the chunk (no request was sent), else null.
+  description: >-
+    Why the run must stop measuring, checked before the chunk - none of its requests was sent (with for_s, before
+    each chunk: those run before it are in chunks) - else null.
   type: str
   returned: always
   sample: "the lock was taken over by ctl-2 (run 20261205T101010Z); this run stops measuring"
@@ -111,19 +122,25 @@ lease_problem:
   returned: always
 cell:
   description: >-
-    name, arm, requests (per-request records), failures, contract_violations, telemetry, elapsed_s,
-    conditions (what could disturb the timings), remeasured (discarded attempts and why), disturbed
-    (why the kept attempt still differs from the reference, or null), engine_metrics (with engine), warmup
+    The chunk (with for_s 0; else null) - name, arm, requests (per-request records), failures, contract_violations,
+    telemetry, elapsed_s, conditions (what could disturb the timings), remeasured (discarded attempts and why),
+    disturbed (why the kept attempt still differs from the reference, or null), engine_metrics (with engine), warmup
     ({requests, failures} of the untimed warm-up, with warmup).
   type: dict
   sample: {name: 1k, requests: [{ttft_s: 0.022, e2e_s: 0.146}], failures: 0}
+  returned: always
+chunks:
+  description: With for_s above 0, the chunks in order, each as C(cell) is (those run before a stop too), else null.
+  type: list
+  elements: dict
+  sample: [{name: endurance, requests: [{index: 0, e2e_s: 0.146}], failures: 0}]
   returned: always
 """
 
 import contextlib
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import may_go_on, run_measured
+from ansible.module_utils.cells import may_go_on, run_for
 from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.host_commands import runner
@@ -162,6 +179,7 @@ def main():
             "candidate_unit": {"type": "str"},
             "candidate_identity": {"type": "dict"},
             "check_after": {"type": "bool", "default": False},
+            "for_s": {"type": "float", "default": 0},
         },
         required_together=[("lock_path", "lock_token")],
         required_by={"lease_s": "lock_path", "candidate_unit": "lock_path", "check_after": "lock_path"},
@@ -174,18 +192,20 @@ def main():
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
     if p["first_index"] < 0:
         module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
-    if p["remeasure_max"] < 0:
-        module.fail_json(msg=f"remeasure_max must be at least 0, got {p['remeasure_max']}")
+    if p["remeasure_max"] < 0 or p["for_s"] < 0:
+        module.fail_json(msg=f"remeasure_max and for_s must be at least 0, got {p['remeasure_max']} and {p['for_s']}")
     stopped = guarded(module, p)
     if stopped:
-        module.exit_json(changed=False, cell=None, stopped=stopped, stopped_after=None, lease_renewals=None,
-                         lease_problem=None)
+        module.exit_json(changed=False, cell=None, chunks=None, stopped=stopped, stopped_after=None,
+                         lease_renewals=None, lease_problem=None)
     keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] and p["lease_s"] else None
     with keeper or contextlib.nullcontext():
-        result = run_measured({**p, "api_key": module_api_key(module)})
-    module.exit_json(changed=False, cell={"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
-                                          "concurrency": p["concurrency"], **result},
-                     stopped=None, stopped_after=guarded(module, p, "last cell") if p["check_after"] else None,
+        results, stopped = run_for({**p, "api_key": module_api_key(module)}, lambda: guarded(module, p))
+    chunks = [{"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
+               "concurrency": p["concurrency"], **result} for result in results]
+    after = guarded(module, p, "last cell") if p["check_after"] and not stopped else None
+    module.exit_json(changed=False, cell=None if p["for_s"] else chunks[0], chunks=chunks if p["for_s"] else None,
+                     stopped=stopped, stopped_after=after,
                      lease_renewals=keeper.renewals if keeper else None, lease_problem=keeper.problem if keeper else None)
 
 

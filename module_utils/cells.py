@@ -280,3 +280,22 @@ def run_measured(options):
     result["remeasured"] = discarded[:-1] if problem else discarded
     result["disturbed"] = problem
     return {**result, "warmup": warmed} if warmed else result
+
+
+def run_for(options, stop_reason):
+    """run_measured once or, with for_s (an endurance cell's slice), chunk after chunk of options' requests on the
+    host until for_s seconds have passed since the first began, a chunk had a failed request (a hang or an error
+    is the cell's verdict already) or stop_reason() names why the run must stop, asked before each further chunk
+    as before the first (may_go_on: a round trip each would cost more than the chunk). Returns (the chunks in
+    order, that reason or None)."""
+    for_s, n = float(options.get("for_s") or 0), int(options["requests"])
+    started = time.monotonic()
+    chunks = [run_measured(options)]
+    while for_s > 0 and time.monotonic() - started < for_s and not chunks[-1]["failures"]:
+        stopped = stop_reason()
+        if stopped:
+            return chunks, stopped
+        chunks.append(run_measured({**options, "first_index": int(options.get("first_index", 0)) + n * len(chunks),
+                                    "warmup": 0}))
+    return chunks, None
+

@@ -334,6 +334,42 @@ def test_a_cells_warm_up_is_untimed_of_the_cells_shape_at_its_concurrency():
                                      "telemetry_interval_s": 60})
 
 
+def test_an_endurance_slice_runs_chunk_after_chunk_on_the_host_until_a_stop_a_failure_or_its_time():
+    from serving_rollout.module_utils.cells import run_for
+
+    sent = []
+
+    def engine(base_url, body, api_key=None, timeout=60.0, request_id=None):
+        sent.append(request_id)
+        failed = request_id.endswith("-5")
+        return {"ok": not failed, "status": 500 if failed else 200, "content": "random words", "tool_calls": None,
+                "error": "HTTP 500: b''" if failed else None, "usage": {"prompt_tokens": 300, "completion_tokens": 48},
+                "ttft_s": 0.1, "e2e_s": 0.5}
+
+    options = {"base_url": "http://x", "requests": 2, "prompt_tokens": 300, "chat": engine, "telemetry_interval_s": 60,
+               "name": "endurance", "arm": "candidate", "remeasure_max": 0, "contract": "tokens",
+               "contract_tokens": 48, "for_s": 3600}
+    asked = []
+
+    def taken_over_at_the_second_ask():
+        asked.append(len(sent))
+        return "the lock was taken over by root@c pid 9 (run r2); this run stops measuring" if len(asked) == 2 else None
+
+    # asked before each further chunk: the second ask stops it, the chunks before it returned with the reason
+    chunks, stopped = run_for(options, taken_over_at_the_second_ask)
+    assert stopped.startswith("the lock was taken over") and asked == [2, 4], (asked, stopped)
+    assert [[r["index"] for r in c["requests"]] for c in chunks] == [[0, 1], [2, 3]]
+    # a chunk with a failed request ends the slice (request 5: a hang or an error is the cell's verdict already)
+    sent.clear()
+    chunks, stopped = run_for(options, lambda: None)
+    assert stopped is None and [c["failures"] for c in chunks] == [0, 0, 1] and len(sent) == 6, chunks
+    # its time up: one chunk for a slice shorter than a chunk; without for_s one chunk and no ask
+    for for_s in (1e-9, 0):
+        asked.clear()
+        chunks, stopped = run_for(dict(options, for_s=for_s), taken_over_at_the_second_ask)
+        assert len(chunks) == 1 and stopped is None and asked == [], (for_s, chunks)
+
+
 # ---- library/latency_cell.py in-process: a chunk the host refuses sends no request --------------------------
 
 def latency_cell_main(args, monkeypatch, capsys):
@@ -373,3 +409,22 @@ def test_latency_cell_stops_before_its_chunk_when_the_lock_is_another_runs_and_n
     out = latency_cell_main(args, monkeypatch, capsys)
     assert out["failed"] and out["msg"].startswith(
         f"could not read the lock {lock}: cannot renew the lease {lock}.lease: "), out
+
+
+def test_latency_cell_with_for_s_returns_its_chunks_in_one_run_and_a_takeover_stops_it_before_any(
+        tmp_path, monkeypatch, capsys, engine_double):
+    double = engine_double({"DOUBLE_PREFILL_MS_PER_1K": "1", "DOUBLE_DECODE_MS_PER_TOKEN": "0"})
+    lock = tmp_path / "sglang.service.lock"
+    lock.write_text(json.dumps({"token": "mine", "holder": "root@ctl pid 9", "run_id": "r1"}))
+    args = {"base_url": double.url, "name": "endurance", "arm": "candidate", "prompt_tokens": 10, "requests": 2,
+            "concurrency": 2, "lock_path": str(lock), "lock_token": "mine", "for_s": 0.5, "remeasure_max": 0,
+            "telemetry_interval_s": 60}
+    out = latency_cell_main(args, monkeypatch, capsys)
+    assert out["cell"] is None and out["stopped"] is None and out["chunks"], out
+    indexes = [[r["index"] for r in chunk["requests"]] for chunk in out["chunks"]]
+    assert indexes == [[2 * i, 2 * i + 1] for i in range(len(indexes))], indexes  # one chunk after another
+    assert all(c["name"] == "endurance" and c["arm"] == "candidate" and c["failures"] == 0 for c in out["chunks"])
+    lock.write_text(json.dumps({"token": "theirs", "holder": "root@ctl-2 pid 7", "run_id": "r2"}))
+    out = latency_cell_main(args, monkeypatch, capsys)
+    assert out["stopped"].startswith("the lock was taken over by root@ctl-2 pid 7") and out["chunks"] is None, out
+    assert out["cell"] is None

@@ -297,18 +297,23 @@ ENDURANCE_ARGS = {"arm": "candidate", "cell": {"name": "endurance", "prompt_toke
                   "candidate_identity": {"MainPID": "41", "InvocationID": "abc", "NRestarts": "0"}}
 
 
-def endurance_chunk():
-    return {"cell": {"name": "endurance", "arm": "candidate", "failures": 0, "elapsed_s": 0.2, "requests": [
-        {"index": i, "e2e_s": 0.1, "ttft_s": 0.02, "prompt_tokens": 256, "error": None} for i in range(2)]}}
+def endurance_chunk(first=0):
+    return {"name": "endurance", "arm": "candidate", "failures": 0, "elapsed_s": 0.2, "requests": [
+        {"index": i, "e2e_s": 0.1, "ttft_s": 0.02, "prompt_tokens": 256, "error": None}
+        for i in range(first, first + 2)]}
 
 
 def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verdict():
+    # the host ran the cell's chunks one after another in one module run (its slice of the cell's time)
     action, calls = scripted("latency_arm", ENDURANCE_ARGS, {
-        "latency_cell": [endurance_chunk()],
+        "latency_cell": [{"cell": None, "chunks": [endurance_chunk(0), endurance_chunk(2), endurance_chunk(4)]}],
         "journal_scan": {"scan": {"crashed": True, "cause": "CUDA error: an illegal memory access", "errors": []}}})
     result = action.run(task_vars={"inventory_hostname": "h1"})
     assert result["failed"] and result["msg"] == "endurance: CUDA error: an illegal memory access", result
-    assert result["verdict"]["ok"] and result["verdict"]["requests"] == 2 and result["scan"]["crashed"]
+    assert result["verdict"]["ok"] and result["verdict"]["requests"] == 6 and result["scan"]["crashed"]
+    assert result["verdict"]["drift"] == 0.0, result["verdict"]  # three chunks: the first third against the last
+    assert [name for name, _ in calls] == ["latency_cell", "journal_scan"]
+    assert calls[0][1]["first_index"] == 0 and calls[0][1]["requests"] == 2 and 0 < calls[0][1]["for_s"] <= 30
     assert calls[-1] == ("journal_scan", {"unit": "sglang-candidate.service", "engine": "sglang", "known_noise": [],
                                           "extra_error_patterns": [], "env_files": []})
 
@@ -349,7 +354,7 @@ def test_a_chunk_the_host_refuses_stops_the_arm_with_its_reason_and_a_crash_afte
     assert len(calls) == 1 and {k: v for k, v in calls[0][1].items() if k.startswith(("lock", "lease", "candidate"))} \
         == {"lock_path": "/l", "lock_token": "tok"}
     crashed = "the candidate engine exited during the last cell: ActiveState failed, MainPID 7 -> 0"
-    chunk = endurance_chunk()["cell"] | {"name": "1k", "contract_violations": []}
+    chunk = endurance_chunk() | {"name": "1k", "contract_violations": []}
     action, calls = scripted("latency_arm", dict(args, arm="candidate", sequential=False, requests=2, lease_s=15,
                                                  candidate_unit="c.service", candidate_identity={"MainPID": "7"}),
                              {"latency_cell": {"cell": chunk | {"arm": "candidate"}, "stopped_after": crashed}})
