@@ -1,5 +1,5 @@
-"""Action plugin: the candidate's correctness gates, from the controller. Each gate runs on the host as its own
-module (engine_gate, where the API key stays), in order: every gate of `gates` not named in `not_qualified`,
+"""Action plugin: the candidate's correctness gates, from the controller. The gates run on the host in one module
+run (engine_gate's runs, where the API key stays), in order: every gate of `gates` not named in `not_qualified`,
 then, with a `router_url`, the smoke and JSON gates through the router. Every gate runs even after one fails,
 so the evidence shows them all; the action then fails naming the first that failed. Gates that cannot be
 meaningful on the host's model are records with verdict not-qualified (never run, never passed). With
@@ -37,13 +37,16 @@ class ActionModule(StepsAction):
         common = {"model": args["model"], "env_files": args.get("env_files") or [], "timeout_s": args["timeout_s"],
                   **({"api_key_var": args["api_key_var"]} if args.get("api_key_var") else {})}
         sized = {key: args[key] for key in ("target_tokens", "depth", "contract_words") if args.get(key) is not None}
-        runs = [(gate, args["base_url"], "candidate", sized) for gate in args["gates"] if gate not in not_qualified]
-        runs += [(gate, args["router_url"], "candidate-routed", {}) for gate in ROUTED if args.get("router_url")]
-        for gate, url, phase, extra in runs:
-            record = steps.module(f"gate {gate} ({phase})", "engine_gate", base_url=url, gate=gate, phase=phase,
-                                  **common, **extra)["record"]
+        # one module run for them all (the routed ones through the router's URL; smoke and JSON take no size)
+        runs = [{"gate": gate} for gate in args["gates"] if gate not in not_qualified]
+        runs += [{"gate": gate, "base_url": args["router_url"], "phase": "candidate-routed"}
+                 for gate in ROUTED if args.get("router_url")]
+        records = steps.module(f"gates {', '.join(run['gate'] for run in runs)} (candidate)", "engine_gate",
+                               base_url=args["base_url"], phase="candidate", runs=runs, **common,
+                               **sized)["records"] if runs else []
+        for record in records:
             done["records"].append(record)
-            steps.say(f"gate {gate} ({phase}): {record['verdict']}"
+            steps.say(f"gate {record['gate']} ({record['phase']}): {record['verdict']}"
                       f"{'' if record['verdict'] == 'pass' else ' - ' + str(record.get('reason'))}")
         done["records"] += skipped
         failed = [record for record in done["records"] if record["verdict"] not in ("pass", "not-qualified")]

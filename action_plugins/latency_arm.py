@@ -22,7 +22,7 @@ display = Display()
 
 # An endurance cell's chunks run on the host a slice at a time (latency_cell's for_s): one round trip a slice, and
 # a progress line between slices (the host checks the lock and the candidate before every chunk).
-ENDURANCE_SLICE_S = 30.0
+ENDURANCE_SLICE_S = 10.0
 
 # What latency_cell takes from this task as it is; the plugin sets name, arm, first_index, requests,
 # reference_conditions and the remeasure settings itself.

@@ -18,10 +18,27 @@ options:
     description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
     type: str
   gate:
-    description: Which gate.
+    description: Which gate (this or C(runs)).
     type: str
     choices: [contract, json, needle, server_info, smoke, tool_call, version]
-    required: true
+  runs:
+    description: >-
+      Several gates in one module run, in order, each with this module's other options (a candidate's gates, then
+      the routed ones through the router's URL); every one runs even after one fails. Returned as C(records).
+    type: list
+    elements: dict
+    suboptions:
+      gate:
+        description: Which gate.
+        type: str
+        choices: [contract, json, needle, server_info, smoke, tool_call, version]
+        required: true
+      base_url:
+        description: This gate's engine URL (a router's), else C(base_url).
+        type: str
+      phase:
+        description: This gate's phase, else C(phase).
+        type: str
   target_tokens:
     description: Prompt size for needle and tool_call (words; the engine's usage gives the real count).
     type: int
@@ -76,9 +93,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 record:
-  description: The gate record.
+  description: The gate record (with C(gate); else null).
   type: dict
   sample: {gate: smoke, phase: candidate, verdict: pass, observed: hello, duration_s: 0.03}
+  returned: always
+records:
+  description: The records of C(runs), in order (else null).
+  type: list
+  elements: dict
+  sample: [{gate: smoke, phase: candidate, verdict: pass}, {gate: smoke, phase: candidate-routed, verdict: pass}]
   returned: always
 """
 
@@ -93,7 +116,10 @@ def main():
         argument_spec={
             "base_url": {"type": "str"},
             "connection": CONNECTION_SPEC,
-            "gate": {"type": "str", "required": True, "choices": sorted(GATES)},
+            "gate": {"type": "str", "choices": sorted(GATES)},
+            "runs": {"type": "list", "elements": "dict", "options": {
+                "gate": {"type": "str", "required": True, "choices": sorted(GATES)},
+                "base_url": {"type": "str"}, "phase": {"type": "str"}}},
             "target_tokens": {"type": "int", "default": 4000},
             "depth": {"type": "float", "default": 0.5},
             "contract_words": {"type": "int", "default": 32},
@@ -105,6 +131,8 @@ def main():
             "phase": {"type": "str", "default": ""},
             "fail_on_fail": {"type": "bool", "default": False},
         },
+        required_one_of=[("gate", "runs")],
+        mutually_exclusive=[("gate", "runs")],
         supports_check_mode=True,
     )
     connect_module(module)
@@ -115,10 +143,14 @@ def main():
         module.fail_json(msg=f"target_tokens must be >= 16 and contract_words >= 1, got "
                              f"{p['target_tokens']} and {p['contract_words']}")
     options = {**p, "api_key": module_api_key(module)}
-    record = run_gate(p["gate"], options, phase=p["phase"])
-    if record["verdict"] != "pass" and p["fail_on_fail"]:
-        module.fail_json(msg=f"gate {p['gate']} failed ({p['phase']}): {record['reason']}", record=record)
-    module.exit_json(changed=False, record=record)
+    runs = p["runs"] or [{"gate": p["gate"]}]
+    records = [run_gate(run["gate"], {**options, "base_url": run.get("base_url") or p["base_url"]},
+                        phase=run.get("phase") or p["phase"]) for run in runs]
+    failed = next((record for record in records if record["verdict"] != "pass"), None)
+    if failed and p["fail_on_fail"]:
+        module.fail_json(msg=f"gate {failed['gate']} failed ({failed['phase']}): {failed['reason']}",
+                         record=None if p["runs"] else failed, records=records if p["runs"] else None)
+    module.exit_json(changed=False, record=None if p["runs"] else records[0], records=records if p["runs"] else None)
 
 
 if __name__ == "__main__":

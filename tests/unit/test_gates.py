@@ -157,3 +157,36 @@ def test_prompts_hit_their_targets_and_are_unique():
     assert len(words) == 1000 and 0.2 < words.index("K1.") / len(words) < 0.3
     with pytest.raises(ValueError, match="depth must be within 0..1, got 1.5"):
         needle_prompt(1000, 1.5, "K1")
+
+
+def test_engine_gate_runs_several_gates_in_one_module_run_each_on_its_url_and_every_one_after_a_failure(
+        engine_double, monkeypatch, capsys):
+    """library/engine_gate.py in-process, as AnsiballZ runs it: runs of a candidate's gates and a routed one, the
+    second engine URL answering nothing (its gate failed, named, and the next still run)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    from serving_rollout.module_utils import gates
+
+    spec = importlib.util.spec_from_file_location("engine_gate", Path(gates.__file__).parents[1] / "library" /
+                                                  "engine_gate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    double = engine_double()
+    dead = f"http://127.0.0.1:{free_port()}"
+    args = {"base_url": double.url, "phase": "candidate", "timeout_s": 10, "runs": [
+        {"gate": "smoke"}, {"gate": "json", "base_url": dead, "phase": "candidate-routed"}, {"gate": "json"}]}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # what AnsiballZ sets before main
+    with pytest.raises(SystemExit):
+        module.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["record"] is None and not out.get("failed"), out
+    assert [(r["gate"], r["phase"], r["engine"], r["verdict"]) for r in out["records"]] == [
+        ("smoke", "candidate", double.url, "pass"), ("json", "candidate-routed", dead, "fail"),
+        ("json", "candidate", double.url, "pass")], out["records"]
+    assert "refused" in out["records"][1]["reason"].lower(), out["records"][1]

@@ -187,21 +187,27 @@ GATE_ARGS = {"base_url": "http://127.0.0.1:30000", "gates": ["smoke", "json", "n
 
 
 def gate_record(gate, phase, verdict="pass", reason="ok", content="Paris"):
-    return {"record": {"gate": gate, "phase": phase, "verdict": verdict, "reason": reason,
-                       "observed": {"content": content}}}
+    return {"gate": gate, "phase": phase, "verdict": verdict, "reason": reason, "observed": {"content": content}}
+
+
+def gate_records(*records):
+    """engine_gate's answer to runs: one module run, the records in order."""
+    return {"record": None, "records": list(records)}
 
 
 def test_every_candidate_gate_runs_after_one_fails_and_the_first_failure_is_named():
     action, calls = scripted("candidate_gates", {**GATE_ARGS, "router_url": "http://127.0.0.1:8080"}, {
-        "engine_gate": [gate_record("smoke", "candidate"),
-                        gate_record("json", "candidate", "fail", "HTTP 500", None),
-                        gate_record("needle", "candidate", "fail", "needle not recalled", "no idea"),
-                        gate_record("smoke", "candidate-routed"), gate_record("json", "candidate-routed")]})
+        "engine_gate": gate_records(gate_record("smoke", "candidate"),
+                                    gate_record("json", "candidate", "fail", "HTTP 500", None),
+                                    gate_record("needle", "candidate", "fail", "needle not recalled", "no idea"),
+                                    gate_record("smoke", "candidate-routed"), gate_record("json", "candidate-routed"))})
     result = action.run(task_vars={"inventory_hostname": "h1"})
-    assert [(args["gate"], args["base_url"], args["phase"]) for _, args in calls] == [
-        ("smoke", "http://127.0.0.1:30000", "candidate"), ("json", "http://127.0.0.1:30000", "candidate"),
-        ("needle", "http://127.0.0.1:30000", "candidate"), ("smoke", "http://127.0.0.1:8080", "candidate-routed"),
-        ("json", "http://127.0.0.1:8080", "candidate-routed")]
+    # one module run: the candidate's gates, then smoke and JSON through the router
+    assert len(calls) == 1 and (calls[0][1]["base_url"], calls[0][1]["phase"]) == ("http://127.0.0.1:30000",
+                                                                                   "candidate")
+    assert calls[0][1]["runs"] == [{"gate": "smoke"}, {"gate": "json"}, {"gate": "needle"},
+                                   {"gate": "smoke", "base_url": "http://127.0.0.1:8080", "phase": "candidate-routed"},
+                                   {"gate": "json", "base_url": "http://127.0.0.1:8080", "phase": "candidate-routed"}]
     assert result["failed"] and result["msg"] == "gate json failed (candidate): HTTP 500; observed None"
     assert [(r["gate"], r["verdict"]) for r in result["records"]] == [
         ("smoke", "pass"), ("json", "fail"), ("needle", "fail"), ("smoke", "pass"), ("json", "pass")]
@@ -213,8 +219,9 @@ def test_a_candidate_that_crashed_during_its_gates_is_named_the_cause_not_the_re
     args = {**GATE_ARGS, "candidate_unit": "sglang-candidate.service", "candidate_identity": identity}
     refused = "[Errno 111] Connection refused"
     action, calls = scripted("candidate_gates", args, {
-        "engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate", "fail", refused, None),
-                        gate_record("needle", "candidate", "fail", refused, None)],
+        "engine_gate": gate_records(gate_record("smoke", "candidate"),
+                                    gate_record("json", "candidate", "fail", refused, None),
+                                    gate_record("needle", "candidate", "fail", refused, None)),
         "ansible.builtin.systemd_service": {"status": {"ActiveState": "failed", "MainPID": "0",
                                                        "InvocationID": "inv1", "NRestarts": "0"}}})
     result = action.run(task_vars={})
@@ -224,18 +231,20 @@ def test_a_candidate_that_crashed_during_its_gates_is_named_the_cause_not_the_re
     assert calls[-1] == ("ansible.builtin.systemd_service", {"name": "sglang-candidate.service"})
     # a gate that fails against the same living engine is the gate's own failure
     action, _ = scripted("candidate_gates", args, {
-        "engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate", "fail", "HTTP 500", None),
-                        gate_record("needle", "candidate")],
+        "engine_gate": gate_records(gate_record("smoke", "candidate"),
+                                    gate_record("json", "candidate", "fail", "HTTP 500", None),
+                                    gate_record("needle", "candidate")),
         "ansible.builtin.systemd_service": {"status": {"ActiveState": "active", **identity}}})
     assert action.run(task_vars={})["msg"] == "gate json failed (candidate): HTTP 500; observed None"
 
 
 def test_a_not_qualified_gate_is_a_record_and_never_runs():
     action, calls = scripted("candidate_gates", {**GATE_ARGS, "not_qualified": {"needle": "random weights"}},
-                             {"engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate")]})
+                             {"engine_gate": gate_records(gate_record("smoke", "candidate"),
+                                                          gate_record("json", "candidate"))})
     result = action.run(task_vars={})
     assert not result.get("failed"), result
-    assert [args["gate"] for _, args in calls] == ["smoke", "json"]
+    assert [run["gate"] for run in calls[0][1]["runs"]] == ["smoke", "json"] and len(calls) == 1
     assert result["records"][-1] == {"gate": "needle", "phase": "candidate", "verdict": "not-qualified",
                                      "reason": "not qualified: random weights", "inputs": {}, "observed": {},
                                      "expected": None}
@@ -313,7 +322,7 @@ def test_an_endurance_cell_fails_on_a_crash_its_journal_shows_and_keeps_its_verd
     assert result["verdict"]["ok"] and result["verdict"]["requests"] == 6 and result["scan"]["crashed"]
     assert result["verdict"]["drift"] == 0.0, result["verdict"]  # three chunks: the first third against the last
     assert [name for name, _ in calls] == ["latency_cell", "journal_scan"]
-    assert calls[0][1]["first_index"] == 0 and calls[0][1]["requests"] == 2 and 0 < calls[0][1]["for_s"] <= 30
+    assert calls[0][1]["first_index"] == 0 and calls[0][1]["requests"] == 2 and 0 < calls[0][1]["for_s"] <= 10
     assert calls[-1] == ("journal_scan", {"unit": "sglang-candidate.service", "engine": "sglang", "known_noise": [],
                                           "extra_error_patterns": [], "env_files": []})
 
@@ -376,8 +385,9 @@ def test_the_engine_connection_is_one_value_an_argument_given_on_its_own_wins():
     assert connected({})["model"] == "default"  # as the modules' own default
     gates = {k: v for k, v in GATE_ARGS.items() if k not in ("base_url", "model", "env_files", "api_key_var")}
     action, calls = scripted("candidate_gates", {**gates, "connection": {**connection, "api_key_var": "KEY"}},
-                             {"engine_gate": [gate_record("smoke", "candidate"), gate_record("json", "candidate"),
-                                              gate_record("needle", "candidate")]})
+                             {"engine_gate": gate_records(gate_record("smoke", "candidate"),
+                                                          gate_record("json", "candidate"),
+                                                          gate_record("needle", "candidate"))})
     assert not action.run(task_vars={"inventory_hostname": "h1"}).get("failed")
     assert [(a["base_url"], a["model"], a["api_key_var"], a["env_files"]) for _, a in calls] == \
-        [("http://127.0.0.1:30000", "tiny", "KEY", ["/etc/sglang/sglang.env"])] * 3
+        [("http://127.0.0.1:30000", "tiny", "KEY", ["/etc/sglang/sglang.env"])]
