@@ -6,8 +6,8 @@ DOCUMENTATION = r"""
 module: candidate_gates
 short_description: Run the candidate's correctness gates, directly and through the router
 description:
-  - Runs on the controller (an action plugin) and runs each gate on the host as its own module (engine_gate, so
-    the engine's API key, read there from the unit's EnvironmentFiles, never travels to the controller).
+  - Runs on the controller (an action plugin) and runs the gates on the host in one module run (engine_gate's
+    runs, so the engine's API key, read there from the unit's EnvironmentFiles, never travels to the controller).
   - Runs every gate of C(gates) not named in C(not_qualified) against C(base_url) (phase candidate), then, with a
     C(router_url), the smoke and JSON gates through the router (phase candidate-routed).
   - Every gate runs even after one fails, so every record is returned; the task then fails naming the first

@@ -15,7 +15,7 @@ description:
     C(runtime) inspect reports them.
   - The restored invocation's journal (journal_scan) shows no crash and no error new against the original's
     own start.
-  - Each of C(gates) (engine_gate, phase restored) passes.
+  - Each of C(gates) (engine_gate, phase restored, all in one module run) passes; the first that failed is named.
   - Read-only - it changes nothing on the host; the gates send a few requests to the engine.
 options:
   unit: {description: The restored original unit., type: str, required: true}
