@@ -75,8 +75,8 @@ class ActionModule(ActionBase):
                 return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
                                                f"{result.get('lease_problem') or result.get('msg', result)}"}
             got = result["chunks"] if deadline else [result["cell"]]
-            chunks, begun = chunks + got, start
-            start += sum(len(c["requests"]) for c in got)
+            chunks += got
+            begun, start = start, start + sum(len(c["requests"]) for c in got)
             # (an endurance cell judges a hang itself, with its own hang time: arm.endurance_judgement)
             hang = arm.stalled(result["cell"], args.get("timeout_s") or 600) \
                 if args["arm"] == "candidate" and not deadline else None

@@ -146,11 +146,11 @@ def main():
     runs = p["runs"] or [{"gate": p["gate"]}]
     records = [run_gate(run["gate"], {**options, "base_url": run.get("base_url") or p["base_url"]},
                         phase=run.get("phase") or p["phase"]) for run in runs]
+    returned = {"record": None, "records": records} if p["runs"] else {"record": records[0], "records": None}
     failed = next((record for record in records if record["verdict"] != "pass"), None)
     if failed and p["fail_on_fail"]:
-        module.fail_json(msg=f"gate {failed['gate']} failed ({failed['phase']}): {failed['reason']}",
-                         record=None if p["runs"] else failed, records=records if p["runs"] else None)
-    module.exit_json(changed=False, record=None if p["runs"] else records[0], records=records if p["runs"] else None)
+        module.fail_json(msg=f"gate {failed['gate']} failed ({failed['phase']}): {failed['reason']}", **returned)
+    module.exit_json(changed=False, **returned)
 
 
 if __name__ == "__main__":

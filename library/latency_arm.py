@@ -63,9 +63,10 @@ options:
     description: >-
       An endurance cell - chunks until this many seconds have passed (not a request count), stopping at
       its first failed request; no looks. Its chunks run on the host 10 s at a time (latency_cell for_s, the
-      checks before each chunk there), one module run and one progress line a slice. Then the candidate's journal is read (journal_scan) and
-      module_utils/arm.py judges it - a hang, a failed request, E2E drift beyond C(drift_limit), a crash
-      or an error line new under load fails the task, its verdict and scan returned all the same.
+      checks before each chunk there), one module run and one progress line a slice. Then the candidate's
+      journal is read (journal_scan) and module_utils/arm.py judges it - a hang, a failed request, E2E drift
+      beyond C(drift_limit), a crash or an error line new under load fails the task, its verdict and scan
+      returned all the same.
     type: float
   drift_limit: {description: "The endurance cell's E2E drift limit, last third against first (with C(duration_s)).", type: float, default: 0.1}
   known_noise: {description: "Journal lines that are not errors on this host (with C(duration_s), journal_scan).", type: list, elements: str}
