@@ -182,7 +182,8 @@ def main():
             "for_s": {"type": "float", "default": 0},
         },
         required_together=[("lock_path", "lock_token")],
-        required_by={"lease_s": "lock_path", "candidate_unit": "lock_path", "check_after": "lock_path"},
+        # (not check_after: its default false counts as given, and a cell without a lock would be refused)
+        required_by={"lease_s": "lock_path", "candidate_unit": "lock_path"},
         supports_check_mode=False,
     )
     connect_module(module)
