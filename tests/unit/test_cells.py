@@ -428,3 +428,20 @@ def test_latency_cell_with_for_s_returns_its_chunks_in_one_run_and_a_takeover_st
     out = latency_cell_main(args, monkeypatch, capsys)
     assert out["stopped"].startswith("the lock was taken over by root@ctl-2 pid 7") and out["chunks"] is None, out
     assert out["cell"] is None
+
+
+def test_latency_cell_refuses_a_negative_slice_by_value_before_any_request(tmp_path, monkeypatch, capsys):
+    # no engine listens here: a request sent would come back as a failed record, not as this refusal
+    args = {"base_url": "http://127.0.0.1:9", "name": "endurance", "arm": "candidate", "prompt_tokens": 10,
+            "requests": 2, "for_s": -1.5}
+    out = latency_cell_main(args, monkeypatch, capsys)
+    assert out["failed"] and out["msg"] == "remeasure_max and for_s must be at least 0, got 2 and -1.5", out
+
+
+def test_latency_cell_without_a_lock_runs_its_chunk_unchecked(monkeypatch, capsys, engine_double):
+    """The module's own example: no lock_path, nothing to check; check_after's default never asks for one."""
+    double = engine_double({"DOUBLE_PREFILL_MS_PER_1K": "1", "DOUBLE_DECODE_MS_PER_TOKEN": "0"})
+    out = latency_cell_main({"base_url": double.url, "name": "4k", "arm": "candidate", "prompt_tokens": 10,
+                             "requests": 2, "remeasure_max": 0, "telemetry_interval_s": 60}, monkeypatch, capsys)
+    assert not out.get("failed") and out["stopped"] is None and out["stopped_after"] is None, out
+    assert [r["index"] for r in out["cell"]["requests"]] == [0, 1] and out["cell"]["failures"] == 0, out["cell"]
