@@ -50,8 +50,8 @@ DOUBLE = REPO / "tests" / "doubles" / "engine_double.py"
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-# bin/test runs the lab tests on two pytest-xdist workers, each with its own lab host (the
-# machine's two cores; a third worker gains nothing). Each worker's ansible-playbook runs reach
+# bin/test runs the lab tests on pytest-xdist workers, each with its own lab host (lab/test-hosts:
+# three on this 2-core machine, docs/testing.md). Each worker's ansible-playbook runs reach
 # its host through LAB_SSH_PORT (inventory/lab reads it) and the tests through LAB_CONTAINER;
 # lab/up.sh and lab/fleet-up.sh read the same two variables. Set them to pick a host by hand.
 LAB_HOSTS = {f"gw{i}": tuple(line.split()) for i, line in enumerate(
@@ -184,18 +184,41 @@ def start_lab_playbook(playbook, extra_vars):
                             text=True, start_new_session=True)
 
 
-def wait_for_lab_phase(state_file, phase, timeout=90):
-    """Until the rollout state file on the lab host records `phase` (a condition, not a sleep)."""
+# The wait runs on the host in one process: a `podman exec` costs about 0.14 s of this machine's CPU, so a
+# poll from here every 0.3 s kept half a core busy through every wait, slowing the very run it waited for.
+_WAIT_FOR_PHASE = r"""
+import json, sys, time
+path, phase, runs_before, timeout = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
+deadline, state = time.monotonic() + timeout, {}
+while time.monotonic() < deadline:
+    try:
+        with open(path) as handle:
+            state = json.load(handle)
+    except (OSError, ValueError):  # not written yet, or caught mid-write
+        state = {}
+    if state.get("phase") == phase and (runs_before is None or state.get("run_id") not in [None, *runs_before]):
+        sys.exit(0)
+    time.sleep(0.1)
+print(json.dumps(state))
+sys.exit(1)
+"""
+
+
+_ANY_RUN = object()
+
+
+def wait_for_lab_phase(state_file, phase, timeout=90, not_run=_ANY_RUN, host=None):
+    """Until the rollout state file on the lab host records `phase` (a condition, not a sleep). With `not_run`
+    (a run id, or None for "no run yet"), only a run other than that one counts: an earlier run's phase is not it."""
     import json as _json
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = subprocess.run(["podman", "exec", LAB_HOST, "cat", state_file], capture_output=True,
-                               text=True).stdout
-        if state and _json.loads(state)["phase"] == phase:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"phase {phase} not reached in {timeout} s")
+    runs_before = None if not_run is _ANY_RUN else [not_run]
+    command = ["podman", "exec", host or LAB_HOST, "/usr/bin/python3", "-c", _WAIT_FOR_PHASE, state_file, phase,
+               _json.dumps(runs_before), str(timeout)]
+    waited = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 60)
+    run = "" if runs_before is None else f" of a run other than {not_run}"
+    assert waited.returncode == 0, \
+        f"phase {phase}{run} not reached in {timeout} s (state: {(waited.stdout + waited.stderr).strip()})"
 
 
 def only_run_dir(evidence, host, kind):
@@ -204,7 +227,7 @@ def only_run_dir(evidence, host, kind):
     return dirs[0]
 
 
-# Longest first, so that two workers end together (bin/test keeps this order: --no-loadscope-reorder):
+# Longest first, so that the workers end together (bin/test keeps this order: --no-loadscope-reorder):
 # the real-engine tests (one worker's longest stretch), molecule scenarios, the other lab tests,
 # then the quick unit tests that fill the gaps. Files whose tests share a module fixture (one
 # lab rollout, the fleet's three hosts, the real-engine host) mark themselves xdist_group and run
@@ -212,7 +235,7 @@ def only_run_dir(evidence, host, kind):
 _ORDER = ("tests/integration/test_real_vllm_lab.py", "tests/molecule/", "tests/integration/", "tests/unit/")
 
 
-# A test marked machine_alone has the machine to itself: every other test of bin/test's two workers
+# A test marked machine_alone has the machine to itself: every other test of bin/test's workers
 # holds the machine lock shared around its whole run (set-up and teardown included, so a module
 # fixture's engine start counts), a machine_alone test holds it exclusively. Why: a test about
 # telling interference from an effect needs the rest of the machine's load steady; a steady load

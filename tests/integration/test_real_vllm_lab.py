@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook, wait_for_lab_phase
 
 # One real-engine host: its tests run on one worker, one after another.
 pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
@@ -237,13 +237,7 @@ time.sleep(900)
 
 
 def wait_for_phase(phase, timeout=900):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = on("cat", "/var/lib/serving-rollout/vllm.service/state.json", check=False).stdout
-        if state and json.loads(state)["phase"] == phase:
-            return
-        time.sleep(1)
-    raise AssertionError(f"phase {phase} not reached in {timeout} s")
+    wait_for_lab_phase("/var/lib/serving-rollout/vllm.service/state.json", phase, timeout, host=HOST)
 
 
 def test_rollback_after_a_killed_controller_stops_a_candidate_holding_an_open_stream(vllm_host):

@@ -340,15 +340,7 @@ def state_run_id():
 
 def wait_for_new_run_phase(phase, before, timeout=120):
     """Until a run other than `before` (the state's run id when the test began) records `phase`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = lab("cat", STATE, check=False).stdout
-        if found.strip():
-            state = json.loads(found)
-            if state.get("run_id") not in (None, before) and state.get("phase") == phase:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"no new run reached phase {phase} in {timeout} s")
+    wait_for_lab_phase(STATE, phase, timeout, not_run=before)
 
 
 def read_output_past_task(proc, task_name):

@@ -13,7 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_HOST, REPO, lab, lab_files_hash, lab_unit_state, run_playbook, start_lab_playbook
+from conftest import (
+    LAB_HOST,
+    REPO,
+    lab,
+    lab_files_hash,
+    lab_unit_state,
+    run_playbook,
+    start_lab_playbook,
+    wait_for_lab_phase,
+)
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
@@ -42,13 +51,7 @@ def start_background(**extra):
 
 def wait_for_phase(phase, timeout=90):
     """Until the run started last records `phase` (a phase an earlier run left in the state file is not it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = state_now()
-        if state.get("phase") == phase and state.get("run_id") not in (None, _started_after.get("run_id")):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"phase {phase} of a new run not reached in {timeout} s (state: {state_now()})")
+    wait_for_lab_phase(STATE, phase, timeout, not_run=_started_after.get("run_id"))
 
 
 def assert_restored(before_invocation, before_hash):
