@@ -13,18 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    LAB_HOST,
-    REPO,
-    lab,
-    lab_files_hash,
-    lab_unit_state,
-    run_playbook,
-    start_lab_playbook,
-    wait_for_lab_phase,
-)
+from conftest import REPO, lab, lab_files_hash, lab_unit_state, run_playbook, start_lab_playbook, wait_for_lab_phase
 
-LAB = LAB_HOST  # this test worker's lab host (conftest)
 UNIT = "/etc/systemd/system/sglang.service"
 CANDIDATE = "/etc/systemd/system/sglang-candidate.service"
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
@@ -150,8 +140,7 @@ def test_a_rotated_key_blocks_runs_until_the_original_is_renewed(lab_baseline):
         again = run_playbook("candidate-render.yml", inventory="inventory/lab", local=False, check=True)
         assert again.returncode == 0, again.stdout[-3000:]
     finally:
-        subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c", f"cat > {env} && chmod 600 {env}"], input=saved,
-                       text=True, check=True)
+        lab("sh", "-c", f"cat > {env} && chmod 600 {env}", stdin=saved)
         assert run_playbook("renew.yml", inventory="inventory/lab", local=False).returncode == 0
 
 
@@ -199,8 +188,7 @@ def test_rollback_with_a_malformed_snapshot_manifest_fails_naming_it_and_changes
         assert lab_unit_state()["InvocationID"] == lab_baseline[0] and lab_unit_state()["ActiveState"] == "active"
         assert lab_files_hash() == lab_baseline[1] and lab("test", "-e", LOCK, check=False).returncode == 1
     finally:
-        subprocess.run(["podman", "exec", "-i", LAB, "sh", "-c", f"cat > {manifest}"], input=saved, text=True,
-                       check=True)
+        lab("sh", "-c", f"cat > {manifest}", stdin=saved)
 
 
 @pytest.fixture
