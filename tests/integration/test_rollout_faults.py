@@ -56,22 +56,54 @@ def assert_restored(before_invocation, before_hash):
     assert json.loads(lab("cat", STATE).stdout)["phase"] == "restored"
 
 
-@pytest.fixture(autouse=True)
-def lab_baseline():
+def clean_baseline():
+    """The host as a test starts from it: no fault, no lock, no candidate, the original serving; its identity."""
     lab("rm", "-f", FAULTS, LOCK)
     lab("systemctl", "stop", "sglang-candidate.service", check=False)  # what a failed test may have left running
     if lab_unit_state()["ActiveState"] != "active":
         lab("systemctl", "start", "sglang.service")
-    before = (lab_unit_state()["InvocationID"], lab_files_hash())
-    yield before
+    return lab_unit_state()["InvocationID"], lab_files_hash()
+
+
+def clean_up():
     lab("rm", "-f", FAULTS)
     lab("pkill", "-f", "engine-double-worker", check=False)
 
 
-def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
-    result = rollout(rollout_cell_progress_every=2, rollout_bracket_requests=3)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert_restored(*lab_baseline)
+@pytest.fixture(autouse=True)
+def lab_baseline():
+    yield clean_baseline()
+    clean_up()
+
+
+# One successful rollout for the cases that each end in one (the plain success's progress lines, a slow start
+# that logs its loading, a candidate that ignores its stop): a lab rollout costs about half a minute of this
+# machine's CPU, so the cases that need the same run share it (docs/testing.md); they run on one worker.
+SHARED_SUCCESS = pytest.mark.xdist_group("test_rollout_faults_success")
+
+
+@pytest.fixture(scope="module")
+def successful_run():
+    """candidate.yml with a candidate that needs 16 s to start, logging a line each second (over a 10 s stall
+    limit), and that ignores SIGTERM (its stop is the tool's 5 s deadline); the original restored and proven.
+    (the run, the candidate's journal)"""
+    before = clean_baseline()
+    since = lab("date", "+@%s").stdout.strip()  # this run's journal only (the host keeps earlier tests' runs)
+    inject("startup:16,ignore_sigterm")
+    try:
+        result = rollout(rollout_cell_progress_every=2, rollout_bracket_requests=3, rollout_ready_timeout_s=120,
+                         rollout_boot_stall_s=10, rollout_stop_timeout_s=5)
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert_restored(*before)
+        return result, lab("journalctl", "-u", "sglang-candidate.service", "--since", since, "-o", "cat",
+                           "--no-pager").stdout
+    finally:
+        clean_up()
+
+
+@SHARED_SUCCESS
+def test_success_runs_the_candidate_with_p2p_and_restores(successful_run):
+    result, candidate_log = successful_run
     assert "FAILED" not in result.stdout  # waits for health and GPUs print no failed retries on success
     # Progress between the chunks of each cell (request k of n, elapsed, running median), then a summary;
     # the second baseline bracket is one chunk (2 requests).
@@ -82,7 +114,6 @@ def test_success_runs_the_candidate_with_p2p_and_restores(lab_baseline):
                              output), output[-3000:]
         assert re.search(rf"cell 1k {arm}: n={n}, median TTFT [0-9.]+ ms, median E2E [0-9.]+ ms, prompt tokens \d+, "
                          r"0 failed, 0 contract violations", output), output[-3000:]
-    candidate_log = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
     assert "via P2P/IPC" in candidate_log
 
 
@@ -147,14 +178,17 @@ def test_a_candidate_that_crashes_during_its_cells_fails_the_run_and_is_never_ac
     assert "Retained failures: the run failed: " in card and ("restarted" in card or "exited" in card), card
 
 
-# hang_before_ready is the watchdog test's second half (named as a hang in its phase, restored).
-def test_boot_watchdog_a_slow_start_that_progresses_passes_and_a_hang_is_named_in_its_phase(lab_baseline):
-    """A candidate that needs 16 s and logs its loading is slow, not hung: it passes under a 10 s stall limit.
-    One that logs one line and then nothing is a hang, named with that line, long before the time-out."""
-    inject("startup:16")  # longer than the stall limit, a line each second
-    slow = rollout(rollout_ready_timeout_s=120, rollout_boot_stall_s=10)
-    assert slow.returncode == 0, slow.stdout[-3000:]
-    assert_restored(*lab_baseline)
+@SHARED_SUCCESS
+def test_boot_watchdog_a_slow_start_that_progresses_is_not_a_hang(successful_run):
+    """A candidate that needs 16 s and logs its loading is slow, not hung: it passes under a 10 s stall limit."""
+    _, candidate_log = successful_run  # the run passed (the fixture asserts it)
+    # its 16 one-second shards, each a line: 16 s of start-up, longer than the stall limit
+    assert "Loading safetensors checkpoint shards: 16/16" in candidate_log, candidate_log[-2000:]
+
+
+# hang_before_ready: named as a hang in its phase, restored (the slow start that passes is the shared run's).
+def test_boot_watchdog_a_hang_is_named_in_its_phase(lab_baseline):
+    """One that logs one line and then nothing is a hang, named with that line, long before the time-out."""
     inject("hang_before_ready")
     started = time.monotonic()
     hung = rollout(rollout_ready_timeout_s=900, rollout_boot_stall_s=8)
@@ -214,19 +248,16 @@ def test_warnings_of_the_originals_own_start_are_noise_and_a_new_one_fails_the_c
     assert_restored(*before)
 
 
-def test_a_candidate_that_ignores_its_stop_is_killed_at_the_tools_deadline(lab_baseline):
+@SHARED_SUCCESS
+def test_a_candidate_that_ignores_its_stop_is_killed_at_the_tools_deadline(successful_run):
     """A vLLM API server with an open client stream never exits on SIGTERM. The tool's own deadline (5 s
     here) escalates long before the unit's TimeoutStopSec (30 s) would, and the original is restored."""
-    inject("ignore_sigterm")
-    result = rollout(rollout_stop_timeout_s=5)
-    assert result.returncode == 0, result.stdout[-3000:]
+    result, journal = successful_run
     message = re.sub(r"\s+", " ", result.stdout)
     took = re.search(r"sglang-candidate\.service ignored its stop for 5 s \(an engine waiting for open streams does\); "
                      r"killed \(SIGKILL to every process of the unit\), stopped in ([0-9.]+) s", message)
     assert took and float(took.group(1)) < 30, message[-3000:]
-    journal = lab("journalctl", "-u", "sglang-candidate.service", "-o", "cat", "--no-pager").stdout
     assert "waiting for the open client streams to close (injected fault)" in journal
-    assert_restored(*lab_baseline)
 
 
 def test_straggler_after_stop_is_waited_for(lab_baseline):
