@@ -31,9 +31,10 @@ FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
 LOCK = "/var/lib/serving-rollout/sglang.service.lock"
 STATE = "/var/lib/serving-rollout/sglang.service/state.json"
 EVIDENCE = tempfile.mkdtemp(prefix="rollout-faults-evidence-")
-# One small cell: these tests are about faults and restoration; the cells' statistics have their own tests.
+# One small cell and no endurance cell: these tests are about faults and restoration; the cells' statistics and
+# the endurance cell have their own tests (test_measurement_lab.py, test_evidence_promotion.py).
 FAST = {"rollout_ready_timeout_s": 10, "rollout_gpu_free_timeout_s": 20, "rollout_evidence_dir": EVIDENCE,
-        "rollout_cell_requests": 3, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}]}
+        "rollout_cell_requests": 3, "rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_endurance_s": 0}
 
 
 def inject(fault):
