@@ -26,8 +26,12 @@ if [ "$running" != "true $image" ]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
   echo "starting lab host $name (ssh on 127.0.0.1:$port)"
   # LAB_RUN_ARGS: more podman run options for this host (the real-engine host's /dev/shm and mounts).
+  # lab/python: the lab's bytecode cache for the modules Ansible runs on the host (lab_zipimport_cache.py).
+  site=/usr/local/lib/python3.11/dist-packages
   # shellcheck disable=SC2086
   podman run -d --name "$name" --hostname "$name" --systemd=always --privileged -p "127.0.0.1:$port:22" \
+    -v "$here/python/lab_zipimport_cache.py:$site/lab_zipimport_cache.py:ro" \
+    -v "$here/python/lab-zipimport-cache.pth:$site/lab-zipimport-cache.pth:ro" \
     ${LAB_RUN_ARGS:-} "$image" /sbin/init >/dev/null
 fi
 for _ in $(seq 1 60); do
