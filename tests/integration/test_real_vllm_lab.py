@@ -51,7 +51,7 @@ def vllm_host():
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     on("sh", "-c", "rm -f /var/lib/serving-rollout/vllm.service.lock; systemctl stop vllm-candidate.service; "
                    "rm -f /etc/systemd/system/vllm-candidate.service; systemctl daemon-reload", check=False)
-    # The lab's provisioning is the operator's edit of the original (the TP 2 test leaves TP 2 behind,
+    # The lab's provisioning is the operator's edit of the original (the last tests leave TP 2 behind,
     # vllm-up.sh puts TP 1 back): adopt it as the restore recipe, as an operator does (renew.yml).
     renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
     assert renew.returncode == 0, renew.stdout[-3000:]
@@ -102,66 +102,6 @@ def plan_run(plan, extra, prefix):
                              "--evidence", evidence, "-e", json.dumps(extra)],
                             cwd=REPO, capture_output=True, text=True, timeout=1500)
     return result, sorted(Path(evidence).glob("lab-vllm-1/rollout-*")), before, evidence
-
-
-@pytest.fixture(scope="module")
-def scheduler_run(vllm_host):
-    # bin/test's other worker loads this 2-core machine unevenly: the brackets drift by tens of
-    # percent, which rightly makes a cell inconclusive under the shipped 5 % limit. This test is about
-    # the real engine, not interference (test_interference.py tests that): limits widened here.
-    return plan_run(PLAN, {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6}, "real-vllm-")
-
-
-# Alone on the machine: its verdict is a true effect measured on this 2-core CPU, and the other test
-# worker's rollouts coming and going between the brackets once drifted the baseline by half (inconclusive).
-@pytest.mark.machine_alone
-def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_restored(scheduler_run):
-    result, runs, (before, before_hash), _ = scheduler_run
-    assert len(runs) == 1, result.stdout[-4000:] + result.stderr[-2000:]
-    run = runs[0]
-    # Proven from vLLM's own configuration dump (its non-default args), not from our rendering; the
-    # catalog chose vLLM's flag for the chunked-prefill control.
-    excerpts = json.loads((run / "journal-excerpts.json").read_text())
-    effect = excerpts["candidate"]["arg_effect"]
-    assert effect["proven"] and effect["reported"] == 128 and effect["key"] == "max_num_batched_tokens", effect
-    assert excerpts["candidate"]["proof"] == {"kind": "engine_arg", "proven": True, "saw": "",
-                                              "expected": "max_num_batched_tokens='128' in the engine's "
-                                                          "configuration dump"}, excerpts["candidate"]["proof"]
-    # The plan executor's report: the candidate decided, and a rejected one is not recommended.
-    report = json.loads(next(Path(run).parents[1].glob("plan-*/report.json")).read_text())
-    assert [(c["id"], c["status"], c["outcome"]) for c in report["candidates"]] == \
-        [("chunked-prefill", "decided", "not acceptable")], report["candidates"]
-    assert report["recommended_promotion_order"] == []
-    assert excerpts["candidate"]["collectives"]["backend"] == "gloo"
-    # A 128-token prefill budget against vLLM's default slows a ~2900-token prompt's first token by
-    # half again or more on this CPU: the decision must follow that true effect.
-    decision = json.loads((run / "decision.json").read_text())
-    assert decision["verdict"] == "reject", decision
-    # The numerical-equivalence probe on the real engine: the scheduler's numbers are recorded, not
-    # judged (chunked prefill legitimately rounds differently); the restored original, a new vLLM
-    # process, reproduced its own greedy answers exactly (the A/A; bench/bench_numerics.py).
-    # vLLM's own /metrics counted exactly the requests and tokens the client sent and got, in every arm.
-    for arm, arm_cells in json.loads((run / "cells.json").read_text())["arms"].items():
-        for cell in arm_cells:
-            counted = cell["engine_metrics"]
-            assert counted["available"] and counted["requests"] == len(cell["requests"]), (arm, counted)
-            assert counted["generated_tokens"] == sum(r["completion_tokens"] for r in cell["requests"]), (arm, counted)
-    numerics = decision["numerics"]
-    assert numerics["tolerance"] is None and numerics["candidate"]["verdict"] == "recorded", numerics
-    assert numerics["original_self"]["identical"] == numerics["prompts"] == 8, numerics
-    assert numerics["original_self"]["max_logprob_drift"] == 0.0, numerics
-    verdict = json.loads((run / "ab-verdict.json").read_text())
-    assert verdict["cells"] and all(set(c["failures"].values()) == {0} for c in verdict["cells"]), verdict
-    gates = json.loads((run / "gates.json").read_text())
-    got = {r["gate"]: r["verdict"] for r in gates["candidate"]}
-    assert got == {"smoke": "pass", "json": "pass", "needle": "not-qualified", "tool_call": "not-qualified",
-                   "contract": "not-qualified"}, got
-    assert all(r["reason"].startswith("not qualified: random weights") for r in gates["candidate"]
-               if r["verdict"] == "not-qualified")
-    after, after_hash = identity()
-    assert after["ActiveState"] == "active" and after["UnitFileState"] == "enabled", after
-    assert after["InvocationID"] != before["InvocationID"] and after_hash == before_hash
-    assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
 
 
 def adopted_as_equal(unit, folder):
@@ -349,7 +289,7 @@ def test_a_flag_the_other_release_refuses_is_refused_before_anything_is_written(
 @pytest.fixture(scope="module")
 def older_original(vllm_host):
     """The operator's original on the older release, an edit adopted with renew.yml. Leaves the original on the
-    older release (the TP 2 test, or the next vllm-up.sh, provisions VERSION again)."""
+    older release (the two-rank original below, or the next vllm-up.sh, provisions VERSION again)."""
     provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_venv": f"/opt/vllm-{OTHER}"},
                              inventory="inventory/lab-vllm", local=False, timeout=1500)
     assert provision.returncode == 0, provision.stdout[-3000:]
@@ -444,37 +384,92 @@ def test_an_accepted_upgrade_is_promoted_then_rolled_back_to_the_previous_build(
         [OTHER], proof
 
 
-def test_tp2_on_cpu_a_multi_rank_real_engine_is_adopted_rolled_out_and_restored(vllm_host):
-    """TP 2 once (slow: three starts of a two-rank engine): the TP fact, the readiness of a multi-process
-    engine and the wait for free devices over its rank workers (VLLM::Worker_TP*) meet real vLLM.
-    Last in this file: it leaves the host at TP 2 (the next vllm-up.sh provisions TP 1, which the fixture renews)."""
+# ---- TP 2 last: the original as two ranks (vLLM's multi-process engine, its rank workers VLLM::Worker_TP*), where
+# the scheduler candidate is rolled out: the TP fact, the readiness of a multi-process engine and the wait for free
+# devices over its rank workers meet real vLLM in the run whose verdict is measured (a start of a two-rank engine
+# costs this machine about half a minute of CPU: one run for both). It leaves the host at TP 2 (the next
+# vllm-up.sh provisions TP 1, which the vllm_host fixture renews).
+@pytest.fixture(scope="module")
+def two_rank_original(vllm_host):
     provision = run_playbook("lab-provision-vllm.yml", {"lab_vllm_host_tp_size": 2}, inventory="inventory/lab-vllm",
                              local=False, timeout=1500)
     assert provision.returncode == 0, provision.stdout[-3000:]
-    workers = on("pgrep", "-a", "-f", "VLLM::Worker_TP").stdout.splitlines()
-    assert len(workers) == 2, workers  # one process per rank, titled by vLLM itself
     # An intended edit of the original (TP 1 -> 2): the rollout refuses it until it is adopted.
     renew = run_playbook("renew.yml", inventory="inventory/lab-vllm", local=False)
     assert renew.returncode == 0, renew.stdout[-3000:]
-    before, before_hash = identity()
-    evidence = tempfile.mkdtemp(prefix="real-vllm-tp2-")
-    result = rollout(evidence, **{**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6},
-                     **SCHEDULER,
-                     serving_expected={"model": "/srv/models/tiny-llama", "tp_size": 2, "context_length": 8192},
-                     rollout_cell_requests=4)
-    assert result.returncode == 0, result.stdout[-4000:]
-    run, = sorted(Path(evidence).glob("lab-vllm-1/rollout-*"))
+
+
+# Its own test, not alone: the set-up of the measured run below need not hold the machine.
+def test_a_two_rank_original_runs_a_worker_per_rank_adopted_as_the_restore_recipe(two_rank_original):
+    workers = on("pgrep", "-a", "-f", "VLLM::Worker_TP").stdout.splitlines()
+    assert len(workers) == 2, workers  # one process per rank, titled by vLLM itself
+    assert "--tensor-parallel-size 2" in on("cat", UNIT).stdout
+    manifest = json.loads(on("cat", "/var/lib/serving-rollout/vllm.service/manifest.json").stdout)
+    kept = {f["path"]: f["sha256"] for f in manifest["files"]}
+    assert kept[UNIT] == on("sha256sum", UNIT).stdout.split()[0], manifest
+
+
+@pytest.fixture(scope="module")
+def scheduler_run(two_rank_original):
+    # bin/test's other workers load this 2-core machine unevenly: the brackets drift by tens of
+    # percent, which rightly makes a cell inconclusive under the shipped 5 % limit. This test is about
+    # the real engine, not interference (test_interference.py tests that): limits widened here.
+    return plan_run(PLAN, {**CPU_SHARED_WITH_OTHER_JOBS, "rollout_drift_limit": 0.6, "serving_expected": {
+        "model": "/srv/models/tiny-llama", "tp_size": 2, "context_length": 8192}}, "real-vllm-")
+
+
+@pytest.mark.machine_alone
+def test_a_scheduler_candidate_is_proven_from_vllms_log_measured_decided_and_restored(scheduler_run):
+    result, runs, (before, before_hash), _ = scheduler_run
+    assert len(runs) == 1, result.stdout[-4000:] + result.stderr[-2000:]
+    run = runs[0]
     # The TP fact: the unit's --tensor-parallel-size 2 against the pin, and the engine's own gloo world of two.
     tp = next(c for c in json.loads((run / "preflight.json").read_text())["checks"] if c["check"] == "TP size")
     assert tp["verdict"] == "pass" and str(tp["observed"]) == "2", tp
+    # Proven from vLLM's own configuration dump (its non-default args), not from our rendering; the
+    # catalog chose vLLM's flag for the chunked-prefill control.
     excerpts = json.loads((run / "journal-excerpts.json").read_text())
+    effect = excerpts["candidate"]["arg_effect"]
+    assert effect["proven"] and effect["reported"] == 128 and effect["key"] == "max_num_batched_tokens", effect
+    assert excerpts["candidate"]["proof"] == {"kind": "engine_arg", "proven": True, "saw": "",
+                                              "expected": "max_num_batched_tokens='128' in the engine's "
+                                                          "configuration dump"}, excerpts["candidate"]["proof"]
+    # The plan executor's report: the candidate decided, and a rejected one is not recommended.
+    report = json.loads(next(Path(run).parents[1].glob("plan-*/report.json")).read_text())
+    assert [(c["id"], c["status"], c["outcome"]) for c in report["candidates"]] == \
+        [("chunked-prefill", "decided", "not acceptable")], report["candidates"]
+    assert report["recommended_promotion_order"] == []
     assert excerpts["candidate"]["collectives"]["backend"] == "gloo"
     assert "world_size=2" in excerpts["candidate"]["collectives"]["evidence"], excerpts["candidate"]["collectives"]
-    assert excerpts["candidate"]["arg_effect"]["proven"], excerpts["candidate"]["arg_effect"]
-    # Both ranks' workers of the stopped original and the stopped candidate were gone before the next
-    # start (the run went on), and the restored original runs its two ranks again.
+    # A 128-token prefill budget against vLLM's default slows a ~2900-token prompt's first token by
+    # half again or more on this CPU: the decision must follow that true effect.
+    decision = json.loads((run / "decision.json").read_text())
+    assert decision["verdict"] == "reject", decision
+    # The numerical-equivalence probe on the real engine: the scheduler's numbers are recorded, not
+    # judged (chunked prefill legitimately rounds differently); the restored original, a new vLLM
+    # process, reproduced its own greedy answers exactly (the A/A; bench/bench_numerics.py).
+    # vLLM's own /metrics counted exactly the requests and tokens the client sent and got, in every arm.
+    for arm, arm_cells in json.loads((run / "cells.json").read_text())["arms"].items():
+        for cell in arm_cells:
+            counted = cell["engine_metrics"]
+            assert counted["available"] and counted["requests"] == len(cell["requests"]), (arm, counted)
+            assert counted["generated_tokens"] == sum(r["completion_tokens"] for r in cell["requests"]), (arm, counted)
+    numerics = decision["numerics"]
+    assert numerics["tolerance"] is None and numerics["candidate"]["verdict"] == "recorded", numerics
+    assert numerics["original_self"]["identical"] == numerics["prompts"] == 8, numerics
+    assert numerics["original_self"]["max_logprob_drift"] == 0.0, numerics
+    verdict = json.loads((run / "ab-verdict.json").read_text())
+    assert verdict["cells"] and all(set(c["failures"].values()) == {0} for c in verdict["cells"]), verdict
+    gates = json.loads((run / "gates.json").read_text())
+    got = {r["gate"]: r["verdict"] for r in gates["candidate"]}
+    assert got == {"smoke": "pass", "json": "pass", "needle": "not-qualified", "tool_call": "not-qualified",
+                   "contract": "not-qualified"}, got
+    assert all(r["reason"].startswith("not qualified: random weights") for r in gates["candidate"]
+               if r["verdict"] == "not-qualified")
     after, after_hash = identity()
-    assert after["ActiveState"] == "active" and after_hash == before_hash and \
-        after["InvocationID"] != before["InvocationID"], after
+    assert after["ActiveState"] == "active" and after["UnitFileState"] == "enabled", after
+    assert after["InvocationID"] != before["InvocationID"] and after_hash == before_hash
+    # Both ranks' workers of the stopped original and of the stopped candidate were gone before the next start (the
+    # run went on), and the restored original runs its two ranks again.
     assert len(on("pgrep", "-f", "VLLM::Worker_TP").stdout.split()) == 2
     assert on("test", "-e", "/etc/systemd/system/vllm-candidate.service", check=False).returncode == 1
