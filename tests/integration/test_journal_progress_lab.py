@@ -21,6 +21,9 @@ printf '\033[32mINFO\033[0m 12-05 10:00:01 [kv_cache_utils.py:1087] GPU KV cache
 printf '\rCapturing CUDA graphs (decode, FULL):  40%%|####      | 2/5'
 printf '\rCapturing CUDA graphs (decode, FULL):  80%%|########  | 4/5'
 printf '\r[rank0]: RuntimeError: CUDA error: out of memory\n'
+# the process lives until journald has stored the crash line (the fixture releases it): journald reads a line's
+# invocation from the process's cgroup, so a line it gets to after the process is gone may carry none
+while [ ! -e /run/progress-bars.release ]; do sleep 0.1; done
 exit 1
 """
 UNIT_TEXT = """[Unit]
@@ -36,12 +39,16 @@ def progress():
     lab("sh", "-c", "cat > /usr/local/bin/progress-bars.sh", stdin=SCRIPT)
     lab("sh", "-c", f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
     # the script may exit before systemctl's start job returns (a failed start): the journal is the test's
-    lab("sh", "-c", f"systemctl daemon-reload; systemctl reset-failed {UNIT}; systemctl start {UNIT}", check=False)
+    lab("sh", "-c", f"rm -f /run/progress-bars.release; systemctl daemon-reload; systemctl reset-failed {UNIT}; "
+                    f"systemctl start {UNIT}", check=False)
     # the premise: journald has the crash line (it reads the unit's pipe on its own time; a condition, not a sleep)
     deadline = time.monotonic() + 60
     while "CUDA error" not in lab("journalctl", "-o", "cat", "--no-pager", "-u", UNIT).stdout \
             and time.monotonic() < deadline:
         time.sleep(0.2)
+    # then the process exits (status 1) and the unit fails, before anything reads it
+    lab("sh", "-c", f"touch /run/progress-bars.release; "
+                    f"for _ in $(seq 600); do systemctl is-active --quiet {UNIT} || break; sleep 0.1; done")
     results = Path(tempfile.mkdtemp(prefix="journal-progress-")) / "results.json"
     try:
         run = run_playbook("../tests/integration/playbooks/journal_progress.yml", {"results_file": str(results)},
@@ -51,7 +58,8 @@ def progress():
         yield json.loads(results.read_text()), plain
     finally:
         lab("sh", "-c", f"systemctl stop {UNIT}; systemctl reset-failed {UNIT}; "
-                        f"rm -f /etc/systemd/system/{UNIT} /usr/local/bin/progress-bars.sh; systemctl daemon-reload")
+                        f"rm -f /etc/systemd/system/{UNIT} /usr/local/bin/progress-bars.sh /run/progress-bars.release; "
+                        "systemctl daemon-reload")
 
 
 def test_journalctls_short_format_hides_the_progress_bars_and_the_crash_that_shares_them(progress):

@@ -405,8 +405,11 @@ def test_a_stalled_candidate_is_named_a_hang_while_the_watchdog_stays_out_of_a_l
     lab("sh", "-c", "rm -f /var/lib/serving-rollout/sglang.service/watchdog-*.json")
     lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && echo stall_after:24 > {FAULTS}")
     since = lab("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+    # The endurance cell kept (FAST has none): a candidate cell whose verdict is clear before its 24th request stops
+    # early (sequential looks), and then the endurance cell is where the stall meets the run.
     result = run_playbook("candidate.yml", {**FAST, "rollout_cell_requests": 40, "rollout_cell_progress_every": 4,
-                                            "rollout_cell_request_timeout_s": 5, "rollout_lease_s": 15},
+                                            "rollout_cell_request_timeout_s": 5, "rollout_lease_s": 15,
+                                            "rollout_endurance_s": ""},
                           inventory="inventory/lab", local=False, timeout=900)
     text = re.sub(r"\s+", " ", result.stdout)
     assert result.returncode != 0
