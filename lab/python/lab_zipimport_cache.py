@@ -11,8 +11,6 @@ compiling, as Python does without it.
 """
 
 import _imp
-import hashlib
-import importlib.util
 import marshal
 import os
 import zipimport
@@ -23,6 +21,10 @@ _compile = zipimport._compile_source
 
 def compile_source(pathname, source):
     """zipimport's compile step, through the cache."""
+    # Imported here, not at start-up: every Python on a lab host loads this file, most never import from a zip.
+    import hashlib
+    import importlib.util
+
     path = os.path.join(CACHE, hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest())
     try:
         with open(path, "rb") as handle:
