@@ -8,8 +8,8 @@ message, and what was done until then is returned all the same (the evidence nam
    the host-side watchdog (re)started for this holder, so if the controller dies mid-restore the watchdog
    finishes it; then the phase 'restoring' is recorded - a record that cannot be written (a full disk) is
    said and never stops the restore;
-3. an original that restarted on its own is stopped and its failure state reset (NRestarts counts from
-   the restore);
+3. an original that restarted on its own, or that systemd loaded before its files changed (NeedDaemonReload=yes),
+   is stopped and its failure state reset (NRestarts counts from the restore; systemd reloads before the start);
 4. the candidate is stopped within the tool's deadline (loaded or orphaned), its container removed;
 5. the GPUs come free (the stopped engine's own stragglers ended), unless the original serves on them;
 6. the original's files are checked against the snapshot - never overwritten; an original edited during the
@@ -104,9 +104,14 @@ class ActionModule(StepsAction):
 
     def put_back(self, args, steps, done, present, restarted, original):
         unit, candidate_unit = args["unit"], args["candidate_unit"]
+        stale = original.get("NeedDaemonReload") == "yes"
+        if stale:
+            steps.say(f"{unit}: systemd runs a version other than its files (NeedDaemonReload=yes, invocation "
+                      f"{original.get('InvocationID')}): reloading and restarting it so what runs is what the "
+                      "files say")
         if restarted:
-            steps.module(f"stop {unit}, which restarted on its own", "engine_stop", unit=unit,
-                         deadline_s=args["stop_timeout_s"])
+            why = "systemd loaded before its files changed" if stale else "restarted on its own"
+            steps.module(f"stop {unit}, which {why}", "engine_stop", unit=unit, deadline_s=args["stop_timeout_s"])
             steps.module(f"reset {unit}'s failure state", "ansible.builtin.command",
                          argv=["systemctl", "reset-failed", unit])
             done["changed"] = True
@@ -128,7 +133,7 @@ class ActionModule(StepsAction):
             steps.free_gpus(args, [unit, candidate_unit])
         edited = self.check_files(args, steps, done)
         steps.module(f"start {unit}", "ansible.builtin.systemd_service", name=unit, state="started",
-                     daemon_reload=bool(edited))
+                     daemon_reload=bool(edited) or stale)
         steps.module(f"wait for {unit}'s health endpoint", "engine_ready", base_url=args["base_url"],
                      timeout_s=args["ready_timeout_s"], unit=unit, engine=args["engine"],
                      stall_s=args["boot_stall_s"], env_files=args.get("env_files") or [])

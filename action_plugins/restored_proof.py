@@ -2,11 +2,14 @@
 answering. Each check runs on the host as its own module, in order, and the first that fails ends the
 proof with its message; what was read until then is returned all the same (the evidence records it).
 
-1. systemd: active, enabled, NRestarts 0, the same FragmentPath, a new invocation when this run stopped it;
-2. every file of the snapshot byte for byte (sha256);
-3. a container's name and image, as its runtime reports them;
-4. the restored invocation's journal: no crash, no error new against the original's own start;
-5. the smoke and JSON gates (those qualified on this host).
+1. systemd: active, enabled, NRestarts 0, the same FragmentPath, its files loaded (NeedDaemonReload=no: what runs
+   is what the files say), a new invocation when this run stopped it;
+2. who serves: the listener on the engine's port is in the unit's own control group, never a foreign process
+   that answers the health route in its place (port_owner);
+3. every file of the snapshot byte for byte (sha256);
+4. a container's name and image, as its runtime reports them;
+5. the restored invocation's journal: no crash, no error new against the original's own start;
+6. the smoke and JSON gates (those qualified on this host).
 Documentation: library/restored_proof.py."""
 
 from ansible.errors import AnsibleActionFail
@@ -22,7 +25,7 @@ ARGS = ("unit", "fragment_path", "invocation_before", "files", "runtime", "conta
         "known_noise", "extra_error_patterns", "env_files", "base_url", "model", "api_key_var", "gate_timeout_s",
         "gates", "keys", "connection")
 # The systemd properties the proof checks.
-CHECKED = ("ActiveState", "UnitFileState", "NRestarts", "FragmentPath", "InvocationID")
+CHECKED = ("ActiveState", "UnitFileState", "NRestarts", "FragmentPath", "InvocationID", "NeedDaemonReload")
 
 
 class ActionModule(ActionBase):
@@ -32,8 +35,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         self.args, self.task_vars = connected(self._task.args), task_vars  # the engine connection, spread
-        proof = {"changed": False, "proven": False, "state": {}, "files": [], "container": None, "scan": None,
-                 "gates": []}
+        proof = {"changed": False, "proven": False, "state": {}, "owner": None, "files": [], "container": None,
+                 "scan": None, "gates": []}
         try:
             self.prove(proof)
         except AnsibleActionFail as exc:
@@ -67,6 +70,16 @@ class ActionModule(ActionBase):
                 f"UnitFileState={state.get('UnitFileState')} NRestarts={state.get('NRestarts')} "
                 f"FragmentPath={state.get('FragmentPath')} InvocationID={state.get('InvocationID')} "
                 f"(before: {before or 'not recorded'})")
+        if state.get("NeedDaemonReload") == "yes":
+            raise AnsibleActionFail(
+                f"restoration not proven: systemd runs a version of {unit} other than its files (NeedDaemonReload=yes, "
+                f"invocation {state.get('InvocationID')}): its files changed after systemd loaded them. Run "
+                f"rollback.yml (it reloads and restarts {unit} so what runs is what the files say)")
+        owner = self._execute_module(module_name="port_owner", task_vars=self.task_vars, module_args={
+            "unit": unit, "base_url": a["base_url"]})
+        proof["owner"] = owner.get("owner")
+        if owner.get("failed"):
+            raise AnsibleActionFail(f"restoration not proven: {owner.get('msg', owner)}")
         for entry in a["files"]:
             stat = self.module("ansible.builtin.stat", path=entry["path"], checksum_algorithm="sha256").get("stat", {})
             if stat.get("checksum", "") != entry["sha256"]:

@@ -3,7 +3,8 @@ change to it (a key rotation, an operator's edit). Each step runs on the host as
 first that fails ends it with its step and message.
 
 1. the candidate unit's state (systemd): refused while a candidate is loaded or running (rollback.yml first);
-2. the current original (serving_recipe: its unit, drop-ins and EnvironmentFiles);
+2. the current original (serving_recipe: its unit, drop-ins and EnvironmentFiles); refused when systemd runs a
+   version other than its files (NeedDaemonReload=yes): renew adopts files, and what serves would not be them;
 3. a new verified copy of them replacing the snapshot (serving_snapshot replace), both versions kept (values off
    the allow-list redacted).
 Documentation: library/snapshot_renew.py."""
@@ -30,6 +31,14 @@ class ActionModule(StepsAction):
                                     f"{status.get('ActiveState', 'inactive')}: run rollback.yml first, then renew")
         current = steps.module(f"read the current {args['unit']}", "serving_recipe", unit=args["unit"],
                                require_digest=False)
+        loaded = current.get("unit") or {}
+        if loaded.get("NeedDaemonReload") == "yes":
+            raise AnsibleActionFail(
+                f"{args['unit']}'s files changed after systemd loaded them (NeedDaemonReload=yes): invocation "
+                f"{loaded.get('InvocationID')} (pid {loaded.get('ExecMainPID')}) runs the version systemd loaded, not "
+                "the files renew would adopt. Nothing was adopted. To serve what the files say: rollback.yml (it "
+                f"reloads and restarts {args['unit']} and proves it), or systemctl daemon-reload && systemctl restart "
+                f"{args['unit']}; then renew")
         renewed = steps.module("adopt it as the restore recipe (a new verified copy)", "serving_snapshot",
                                unit=args["unit"], files=current["files"], state=current["unit"], dest=args["dest"],
                                replace=True)

@@ -34,7 +34,10 @@ options:
     type: float
     required: true
   unit:
-    description: The systemd unit running the engine, watched while waiting.
+    description: >-
+      The systemd unit running the engine, watched while waiting; once the health route answers, the listener on
+      the port must not be foreign to this unit's control group (module_utils/port_owner.py), or the wait fails
+      naming the process that holds the port.
     type: str
   stall_s:
     description: >-
@@ -86,6 +89,11 @@ phase:
   type: str
   returned: always
   sample: cuda-graph-capture
+owner:
+  description: With C(unit), who serves on the port once the health route answered (module_utils/port_owner.py).
+  type: dict
+  returned: with unit, once the health route answered
+  sample: {serving: true, judged: true, port: 30000, owners: [{pid: 412, program: python3}], foreign: []}
 stage:
   description: ready, or how the start failed - crash (the unit exited), hang (no progress for stall_s), slow (still
     logging at the time-out), timeout (no log to judge by).
@@ -99,6 +107,7 @@ from ansible.module_utils.engine_adapters import health_path
 from ansible.module_utils.engine_client import wait_healthy
 from ansible.module_utils.env_files import secret_values
 from ansible.module_utils.host_commands import runner
+from ansible.module_utils.port_owner import port_of, who_serves
 from ansible.module_utils.start_watch import StartWatch
 
 
@@ -126,6 +135,10 @@ def main():
     result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=watch.unit_failed,
                           progress=watch.progress if watching else None, stall_s=p["stall_s"])
     result.update(path=path, phase=watch.phase)
+    if result["ok"] and p["unit"]:  # a 200 proves only that something answers: whose is it?
+        result["owner"] = who_serves(runner(module), p["unit"], port_of(p["base_url"]))
+        if result["owner"]["foreign"]:
+            result.update(ok=False, error=f"{path} answered, but not from {p['unit']}: {result['owner']['reason']}")
     if not result["ok"]:
         module.fail_json(msg=result["error"], **{k: v for k, v in result.items() if k != "ok"})
     module.exit_json(changed=False, **{k: v for k, v in result.items() if k != "ok"})

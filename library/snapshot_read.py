@@ -69,7 +69,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_commands import host_run
 from ansible.module_utils.put_back import left_to_put_back, untouched_refusal
 
-PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "InvocationID")
+PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "InvocationID", "NeedDaemonReload")
 
 
 def show(module, unit, required=True):

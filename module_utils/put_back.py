@@ -24,9 +24,11 @@ def restore_lease(args):
 
 
 def left_to_put_back(candidate, original):
-    """(candidate present, original restarted, anything to do) from both units' properties."""
+    """(candidate present, original restarted or not what its files say, anything to do) from both units'
+    properties. An original whose files changed after systemd loaded them (NeedDaemonReload=yes) runs something
+    other than its files: it is reloaded and restarted like one that restarted on its own."""
     present = candidate_present(candidate)
-    restarted = str(original.get("NRestarts", "0")) != "0"
+    restarted = str(original.get("NRestarts", "0")) != "0" or original.get("NeedDaemonReload") == "yes"
     return present, restarted, present or restarted or original.get("ActiveState") != "active"
 
 
@@ -41,6 +43,11 @@ def untouched_refusal(unit, candidate_unit, candidate_installed, state, manifest
         return (f"no snapshot of {unit} on this host (serving-rollout never changed it) and it is not serving: "
                 f"ActiveState={state.get('ActiveState')} UnitFileState={state.get('UnitFileState')} "
                 f"LoadState={state.get('LoadState')}")
+    if state.get("NeedDaemonReload") == "yes":
+        return (f"no snapshot of {unit} on this host (serving-rollout never changed it), and systemd runs a version "
+                f"of it other than its files (NeedDaemonReload=yes, invocation {state.get('InvocationID')}): what "
+                "serves is not what the files say. Nothing was changed; `systemctl daemon-reload && systemctl "
+                f"restart {unit}` makes them one, then run rollback.yml again to prove it")
     return None
 
 

@@ -24,6 +24,7 @@ before; this is a second door to the same playbooks.
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml",
 EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
 EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
 EXIT_USAGE = 64
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")  # playbooks/tasks/run_id.yml's rule
 MEANING = {0: "every host acceptable (or restored, for rollback; done, for capture, propose, render, promote, renew)",
            1: "a candidate was not acceptable (reject or inconclusive); every original restored",
            2: "a host failed and was restored and proven", 3: "refused before any change",
@@ -339,8 +341,28 @@ def parser_of():
     return parser
 
 
-def usage_problem(args):
+def run_id_problem(args, extravars):
+    """A run id given on the command line that is not a plain name (it names folders under the evidence folder),
+    or whose evidence exists already: checked before anything is written (the playbooks' own rule, tasks/run_id.yml)."""
+    given = [value for value in (extravars.get("run_id"), getattr(args, "run_id", None)) if value is not None]
+    for value in given:
+        if not isinstance(value, str) or not RUN_ID.fullmatch(value):
+            return (f"run id {value!r} refused before anything was written: 1-80 letters, digits, '_', '.' or '-', "
+                    "starting with a letter or digit (it names folders under the evidence folder)")
+    if args.command == "run" and extravars.get("run_id"):
+        taken = sorted(Path(args.evidence).glob(f"*/rollout-{extravars['run_id']}")) + sorted(
+            Path(args.evidence).glob(f"fleet-{extravars['run_id']}"))
+        if taken:
+            return (f"run id {extravars['run_id']!r} is taken: {taken[0]} exists (another run's evidence); leave "
+                    "-e run_id out (a new one is made) or name an unused one. Nothing was changed")
+    return None
+
+
+def usage_problem(args, extravars):
     """What is wrong with the command line before anything runs, or None."""
+    problem = run_id_problem(args, extravars)
+    if problem:
+        return problem
     if not Path(args.inventory).exists():
         return f"inventory {args.inventory!r} does not exist"
     if args.command in ("run", "plan") and (args.canary < 1 or args.batch_size < 1):
@@ -373,7 +395,7 @@ def main(argv=None):
         return 0
     try:
         extravars = parse_extra_vars(args.extra_vars)
-        problem = usage_problem(args)
+        problem = usage_problem(args, extravars)
     except ValueError as exc:
         problem = str(exc)
     if problem:

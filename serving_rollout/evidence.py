@@ -225,6 +225,18 @@ def requests_per_arm(run):
                      for c in cells) for arm, cells in arms.items()}
 
 
+def latest_capture(host_dir):
+    """The newest capture of a host as the proposal reads it ({iommu, nvml, verdict, evidence}), or None."""
+    found = sorted(Path(host_dir).glob("capture-*/p2p-support-observation.json"), reverse=True)
+    if not found:
+        return None
+    support = json.loads(found[0].read_text())
+    iommu_path = found[0].parent / "iommu-observation.json"
+    iommu = json.loads(iommu_path.read_text()).get("iommu") if iommu_path.exists() else None
+    return {"iommu": iommu, "nvml": support.get("nvml"), "verdict": support.get("verdict"),
+            "evidence": str(found[0].relative_to(Path(host_dir).parent))}
+
+
 def latest_prediction(host_dir):
     """The newest peer-path observation of a host that carries a decode prediction, or None."""
     for path in sorted(Path(host_dir).glob("peer-path-*/peer-path-observation.json"), reverse=True):

@@ -17,6 +17,8 @@ import json
 import time
 from pathlib import Path
 
+from serving_rollout import evidence as evidence_files
+from serving_rollout import proposal
 from serving_rollout.candidate_plan import EVIDENCE_TEXT, PlanError, candidate_plan_errors
 from serving_rollout.fleet import new_run_id
 from serving_rollout.module_utils import controls
@@ -62,6 +64,39 @@ def plan_problems(plan):
                 problems.append(f"{where}: {cid} needs a {needed} candidate decided before it, and the plan has "
                                 "none earlier")
     return problems
+
+
+def _still_unmet(prerequisite, captures):
+    """The hosts on which an unmet host change is still unmet by their newest capture (a host without a capture,
+    or a prerequisite naming no fact, cannot be re-checked and counts as unmet)."""
+    fact = prerequisite.get("fact")
+    return [host for host, capture in sorted(captures.items())
+            if not fact or capture is None or fact in {c["fact"] for c in proposal.host_changes(capture)}]
+
+
+def host_change_refusals(plan, captures, say=print):
+    """Why the plan must not run (a list, empty when it may): every entry with an unmet host change that the newest
+    capture of a host still shows, and every prerequisite the plan marks UNMET in prose a machine cannot check.
+    captures: {host: latest capture or None}. A host change a newer capture shows met is said, not refused."""
+    refusals = []
+    for n, entry in enumerate(plan["ordered_candidates"]):
+        for prerequisite in entry.get("prerequisites") or []:
+            where = f"$.ordered_candidates[{n}] ({entry['id']})"
+            if isinstance(prerequisite, str):
+                if "UNMET" in prerequisite:
+                    refusals.append(f"{where}: prerequisite {prerequisite!r} is UNMET, in prose no machine can "
+                                    "check: meet it, then write it as {kind, what, met} (schemas/candidate-plan)")
+                continue
+            if prerequisite.get("kind") != "host-change" or prerequisite.get("met"):
+                continue
+            hosts = _still_unmet(prerequisite, captures)
+            if not hosts:
+                say(f"plan: {entry['id']}: the host change {prerequisite.get('what')!r} is met by every host's newest "
+                    "capture (changed since the proposal)")
+                continue
+            refusals.append(f"{where}: unmet host change on {', '.join(hosts)}: {prerequisite.get('what')} "
+                            f"({prerequisite.get('to_do', 'a human changes the host first')})")
+    return refusals
 
 
 def worst(outcomes):
@@ -230,6 +265,10 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
     plan_sha = hashlib.sha256(text.encode()).hexdigest()
     folder = Path(evidence) / f"plan-{Path(plan_path).stem}-{plan_sha[:12]}"
     originals = identities()
+    captures = {host: evidence_files.latest_capture(Path(evidence) / host) for host in originals}
+    refusals = host_change_refusals(plan, captures, say)
+    if refusals:
+        raise PlanError("the plan is refused before any change: " + "; ".join(refusals))
     state = resumed_state(folder, plan_sha, originals, rollback, say)
     save(folder, state, plan, plan_path, policy)
     for entry in plan["ordered_candidates"]:

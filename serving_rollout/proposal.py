@@ -75,28 +75,45 @@ def pins_yaml(host, found):
 
 # ---- facts that speak for or against a control -----------------------------------------------------------------
 
-def peer_facts(capture):
-    """What the capture says about the GPUs' peer path: (for: [...], host changes a human must make: [...])."""
+def host_changes(capture):
+    """Host changes a human must make before peer traffic may take the GPUs' PCIe path: [{fact, what}]. `fact`
+    names the capture fact that decides it, so a newer capture can show it met (the plan executor re-checks it).
+    Peer traffic over NVLink does not cross the PCIe fabric or the IOMMU: no IOMMU or ACS change applies there."""
     iommu, nvml = capture.get("iommu") or {}, capture.get("nvml") or {}
-    support, human = [], []
+    pairs = nvml.get("pairs") or []
+    changes = []
+    bad = [f"{p['i']}-{p['j']}" for p in pairs if not p.get("p2p_ok")]
+    if bad:
+        changes.append({"fact": "nvml_p2p", "what": f"NVML reports P2P not OK for GPU pairs {', '.join(bad)}: a "
+                                                    "driver or platform matter"})
+    if pairs and all(str(p.get("topology", "")).startswith("NV") for p in pairs):
+        return changes
+    translated = iommu.get("translated_gpu_groups") or []
+    if translated:
+        kinds = sorted({str(g.get("group_type")) for g in iommu.get("gpus") or [] if g.get("translated")})
+        changes.append({"fact": "iommu_translated", "what": (
+            f"the GPUs' IOMMU domains are translated ({', '.join(kinds) or 'a DMA type'}, groups "
+            f"{', '.join(map(str, translated))}): a host change (passthrough domains) planned outside this tool, "
+            "which never changes the kernel command line, IOMMU or ACS")})
+    if iommu.get("acs_redirecting_bridges"):
+        changes.append({"fact": "acs_redirect", "what": (
+            f"ACS redirects peer traffic at {len(iommu['acs_redirecting_bridges'])} bridge(s) above the GPUs: a host "
+            "change this tool never makes")})
+    return changes
+
+
+def peer_facts(capture):
+    """What the capture says about the GPUs' peer path: (for: [...], host changes a human must make: [{fact, what}])."""
+    iommu, nvml = capture.get("iommu") or {}, capture.get("nvml") or {}
+    support = []
     pairs = nvml.get("pairs") or []
     if pairs and all(p.get("p2p_ok") for p in pairs):
         kinds = sorted({p.get("topology") for p in pairs if p.get("topology")})
         support.append(f"NVML reports P2P OK for every GPU pair ({', '.join(kinds) or 'topology not read'})")
-    elif pairs:
-        bad = [f"{p['i']}-{p['j']}" for p in pairs if not p.get("p2p_ok")]
-        human.append(f"NVML reports P2P not OK for GPU pairs {', '.join(bad)}: a driver or platform matter")
-    translated = iommu.get("translated_gpu_groups") or []
-    if translated:
-        kinds = sorted({str(g.get("group_type")) for g in iommu.get("gpus") or [] if g.get("translated")})
-        human.append(f"the GPUs' IOMMU domains are translated ({', '.join(kinds) or 'a DMA type'}, groups "
-                     f"{', '.join(map(str, translated))}): "
-                     "a host change (passthrough domains) planned outside this tool, which never changes the "
-                     "kernel command line, IOMMU or ACS")
-    if iommu.get("acs_redirecting_bridges"):
-        human.append(f"ACS redirects peer traffic at {len(iommu['acs_redirecting_bridges'])} bridge(s) above the "
-                     "GPUs: a host change this tool never makes")
-    elif iommu.get("gpus"):
+    human = host_changes(capture)
+    if pairs and all(str(p.get("topology", "")).startswith("NV") for p in pairs):
+        support.append("peer traffic takes NVLink, not the PCIe fabric: IOMMU and ACS are not on its path")
+    elif iommu.get("gpus") and not iommu.get("acs_redirecting_bridges"):
         support.append("ACS does not redirect peer traffic above the GPUs")
     return support, human
 
@@ -122,29 +139,33 @@ def why(item, change, value, facts):
 # ---- prerequisites -----------------------------------------------------------------------------------------------
 
 def prerequisite(need, facts, proposed):
-    """One catalog prerequisite: {what, met, evidence | to_do}."""
+    """One catalog prerequisite, machine-readable (schemas/candidate-plan.schema.json):
+    {kind: evidence | order | host-change, what, met, evidence | to_do}."""
     if need == "capture":
         found = facts["capture"].get("evidence")
-        return {"what": "the host's capture (IOMMU, ACS, NVML, NCCL)", "met": bool(found),
-                **({"evidence": found} if found else {"to_do": "run capture.yml"})}
+        return {"kind": "evidence", "need": need, "what": "the host's capture (IOMMU, ACS, NVML, NCCL)",
+                "met": bool(found), **({"evidence": found} if found else {"to_do": "run capture.yml"})}
     if need == "peer_path":
         peer = facts.get("peer_path") or {}
         ok = peer.get("verdict") == "ok"
-        return {"what": "the peer path proven (bounded, byte-checked copies and an all-reduce A/B)", "met": ok,
+        return {"kind": "evidence", "need": need,
+                "what": "the peer path proven (bounded, byte-checked copies and an all-reduce A/B)", "met": ok,
                 **({"evidence": peer.get("evidence")} if ok else
                    {"to_do": "run peer-path.yml" + (f" (last verdict: {peer['verdict']})" if peer.get("verdict")
                                                     else "")})}
     before = [p["id"] for p in proposed if p["group"] == "transport"]
-    return {"what": "transport stable (every transport candidate decided)", "met": not before,
-            **({"to_do": f"after {', '.join(before)} (each decided)"} if before else
-               {"evidence": "no transport candidate proposed"})}
+    return {"kind": "order", "need": need, "what": "transport stable (every transport candidate decided)",
+            "met": not before, **({"to_do": f"after {', '.join(before)} (each decided)"} if before else
+                                  {"evidence": "no transport candidate proposed"})}
 
 
 def prerequisites(item, facts, proposed):
     out = [prerequisite(need, facts, proposed) for need in item.get("requires") or []]
     if item.get("proof", {}).get("kind") == "nccl_p2p":
         _, human = peer_facts(facts["capture"])
-        out += [{"what": change, "met": False, "to_do": "a human changes the host first"} for change in human]
+        out += [{"kind": "host-change", "fact": change["fact"], "what": change["what"], "met": False,
+                 "to_do": "a human changes the host first, then capture.yml again (plan.yml re-checks the newest "
+                          "capture)"} for change in human]
     return out
 
 
@@ -203,7 +224,8 @@ def composite(facts, proposed):
             "why": f"the unit sets {', '.join(flags)}" + (f"; accept length {accept} in the engine's log"
                                                            if accept is not None else ""),
             "prerequisites": prerequisites(item, facts, proposed) + [
-                {"what": "one setting chosen: {chunked_prefill_size: N} or {speculative: {...}}", "met": False,
+                {"kind": "setting", "what": "one setting chosen: {chunked_prefill_size: N} or {speculative: {...}}",
+                 "met": False,
                  "to_do": "the operator sets the entry's control (one at a time)"}],
             "predicted": None, "gate": gate(item)}
 
@@ -241,7 +263,7 @@ def plan_document(host, proposal, capture_evidence=None):
             "trigger": f"serving-rollout propose on {host}",
             "ordered_candidates": [{"id": c["id"], "change": f"{controls.entry(c['id'])['what']} (why: {c['why']})",
                                     "gate": c["gate"],
-                                    "prerequisites": [prerequisite_line(p) for p in c["prerequisites"]]}
+                                    "prerequisites": c["prerequisites"]}
                                    for c in proposal["candidates"]],
             **({"support_observation": capture_evidence} if capture_evidence else {}),
             "limitations": ["Proposed from the host's captured facts; nothing was changed on the host",

@@ -152,3 +152,23 @@ def test_render_asks_ansible_for_check_and_diff_and_promote_passes_the_approval(
     assert calls == [("render", "candidate-render.yml", {"serving_recipe_candidate_id": "cumem"}, "--check --diff"),
                      ("promote", "promote.yml", {"promotion_run_id": "R7", "promotion_approved_run_id": "R7"}, None),
                      ("renew", "renew.yml", {}, None)]
+
+
+def test_a_path_escaping_or_reused_run_id_is_refused_before_anything_is_written(capsys, tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(cli, "run_playbook", lambda *a, **k: ran.append(a))
+    evidence, inventory = tmp_path / "evidence", tmp_path / "inventory"
+    evidence.mkdir()
+    inventory.mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for bad in ("../../../../x", "a/b", ".hidden", "x" * 81):
+        assert cli.main(["run", "candidate-p2p", "-i", str(inventory), "--evidence", str(evidence),
+                         "-e", f"run_id={bad}"]) == cli.EXIT_USAGE
+        assert f"run id {bad!r} refused before anything was written" in capsys.readouterr().err
+    assert cli.main(["promote", "../x", "--approve", "-i", str(inventory), "--evidence", str(evidence)]) \
+        == cli.EXIT_USAGE
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before and ran == []
+    (evidence / "lab-gpu-1" / "rollout-R1").mkdir(parents=True)
+    assert cli.main(["run", "candidate-p2p", "-i", str(inventory), "--evidence", str(evidence),
+                     "-e", "run_id=R1"]) == cli.EXIT_USAGE
+    assert "run id 'R1' is taken: " in capsys.readouterr().err and ran == []

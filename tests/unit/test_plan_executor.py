@@ -121,3 +121,66 @@ def test_a_plan_entry_that_accepts_a_kv_loss_says_so_to_its_run_only(tmp_path):
     run(tmp_path, path, runs)
     assert [(c, extravars.get("rollout_kv_loss_accepted")) for c, extravars in runs.calls] == [
         ("p2p", None), ("cumem", True)]
+
+
+def write_capture(evidence, host, run_id, iommu):
+    folder = evidence / host / f"capture-{run_id}"
+    folder.mkdir(parents=True)
+    (folder / "iommu-observation.json").write_text(json.dumps({"host": host, "iommu": iommu}))
+    (folder / "p2p-support-observation.json").write_text(json.dumps({"host": host, "nvml": {}, "verdict": {}}))
+
+
+def host_change_plan(tmp_path, fact="iommu_translated"):
+    """A p2p entry as propose.yml writes it for a PCIe host under translated IOMMU domains."""
+    plan = {"schema": "anvil-serving.followup-candidate-plan/v1", "ordered_candidates": [
+        {"id": "p2p", "change": "NCCL_P2P_DISABLE 1 -> 0", "gate": "the rollout's gates", "prerequisites": [
+            {"kind": "evidence", "need": "capture", "what": "the host's capture", "met": True, "evidence": "h1/c"},
+            {"kind": "host-change", "fact": fact, "what": "the GPUs' IOMMU domains are translated (DMA-FQ)",
+             "met": False, "to_do": "a human changes the host first"}]}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+TRANSLATED = {"gpus": [{"translated": True, "group_type": "DMA-FQ"}], "translated_gpu_groups": [17],
+              "acs_redirecting_bridges": []}
+PASSTHROUGH = {"gpus": [{"translated": False, "group_type": "identity"}], "translated_gpu_groups": [],
+               "acs_redirecting_bridges": []}
+
+
+def test_an_unmet_host_change_refuses_the_plan_before_any_run_or_rollback(tmp_path):
+    write_capture(tmp_path / "ev", "h1", "20261207T010000Z-aaaa", TRANSLATED)
+    runs = Runs({"p2p": "acceptable"})
+    with pytest.raises(executor.PlanError) as error:
+        run(tmp_path, host_change_plan(tmp_path), runs)
+    assert "refused before any change" in str(error.value)
+    assert "$.ordered_candidates[0] (p2p): unmet host change on h1: the GPUs' IOMMU domains are translated" \
+        in str(error.value)
+    assert runs.calls == [] and runs.rollbacks == 0
+    assert not list((tmp_path / "ev").glob("plan-*"))  # not even the plan's state was written
+
+
+def test_a_host_without_a_capture_cannot_meet_a_host_change(tmp_path):
+    runs = Runs({"p2p": "acceptable"})
+    with pytest.raises(executor.PlanError, match="unmet host change on h1"):
+        run(tmp_path, host_change_plan(tmp_path), runs)
+    assert runs.calls == []
+
+
+def test_a_newer_capture_that_shows_the_host_changed_meets_it_and_the_plan_runs(tmp_path):
+    write_capture(tmp_path / "ev", "h1", "20261207T010000Z-aaaa", TRANSLATED)
+    write_capture(tmp_path / "ev", "h1", "20261207T020000Z-bbbb", PASSTHROUGH)  # after the operator's change
+    runs = Runs({"p2p": "acceptable"})
+    doc = run(tmp_path, host_change_plan(tmp_path), runs)
+    assert [c for c, _ in runs.calls] == ["p2p"] and doc["candidates"][0]["outcome"] == "acceptable"
+
+
+def test_a_prerequisite_marked_unmet_in_prose_is_refused(tmp_path):
+    path = write_plan(tmp_path, ["p2p"])
+    plan = json.loads(path.read_text())
+    plan["ordered_candidates"][0]["prerequisites"] = ["ACS off: UNMET - a human changes the host first"]
+    path.write_text(json.dumps(plan))
+    runs = Runs({"p2p": "acceptable"})
+    with pytest.raises(executor.PlanError, match="is UNMET, in prose no machine can check"):
+        run(tmp_path, path, runs)
+    assert runs.calls == []

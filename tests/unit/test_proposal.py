@@ -69,7 +69,9 @@ def test_the_example_plans_host_gets_the_example_plans_candidates_order_and_unme
     assert skipped["engine-image"].startswith("an engine upgrade is the operator's choice")
     document = proposal.plan_document("example", plan, "capture-1")
     jsonschema.validate(document, SCHEMA)
-    assert document["ordered_candidates"][0]["prerequisites"][-1].startswith("the GPUs' IOMMU domains are translated")
+    last = document["ordered_candidates"][0]["prerequisites"][-1]
+    assert (last["kind"], last["fact"], last["met"]) == ("host-change", "iommu_translated", False)
+    assert last["what"].startswith("the GPUs' IOMMU domains are translated")
 
 
 def test_the_pins_are_what_the_host_shows_each_with_where_it_was_read():
@@ -110,8 +112,11 @@ def test_the_8_gpu_pcie_tree_names_its_acs_redirects_and_translated_domains_as_h
              "capture": {"iommu": iommu_facts.collect(str(tmp_path)), "nvml": {}, "evidence": None}}
     p2p = proposal.propose(facts)["candidates"][0]
     unmet = [p for p in p2p["prerequisites"] if not p["met"]]
-    assert [p["to_do"] for p in unmet] == ["run capture.yml", "run peer-path.yml (last verdict: fail)",
-                                           "a human changes the host first", "a human changes the host first"]
+    assert [(p["kind"], p.get("need") or p.get("fact")) for p in unmet] == [
+        ("evidence", "capture"), ("evidence", "peer_path"), ("host-change", "iommu_translated"),
+        ("host-change", "acs_redirect")]
+    assert [p["to_do"] for p in unmet[:2]] == ["run capture.yml", "run peer-path.yml (last verdict: fail)"]
+    assert all(p["to_do"].startswith("a human changes the host first") for p in unmet[2:])
     assert "translated (DMA-FQ, groups" in unmet[2]["what"] and "ACS redirects peer traffic at" in unmet[3]["what"]
 
 
