@@ -90,9 +90,9 @@ phase:
   returned: always
   sample: cuda-graph-capture
 owner:
-  description: With C(unit), who serves on the port once the health route answered (module_utils/port_owner.py).
+  description: With C(unit), who serves on the port after the wait (module_utils/port_owner.py); a foreign listener fails the wait.
   type: dict
-  returned: with unit, once the health route answered
+  returned: with unit
   sample: {serving: true, judged: true, port: 30000, owners: [{pid: 412, program: python3}], foreign: []}
 stage:
   description: ready, or how the start failed - crash (the unit exited), hang (no progress for stall_s), slow (still
@@ -135,10 +135,11 @@ def main():
     result = wait_healthy(p["base_url"], path, p["timeout_s"], unit_failed=watch.unit_failed,
                           progress=watch.progress if watching else None, stall_s=p["stall_s"])
     result.update(path=path, phase=watch.phase)
-    if result["ok"] and p["unit"]:  # a 200 proves only that something answers: whose is it?
+    if p["unit"]:  # a 200 proves only that something answers: whose is it? (and a failed start: who holds the port)
         result["owner"] = who_serves(runner(module), p["unit"], port_of(p["base_url"]))
         if result["owner"]["foreign"]:
-            result.update(ok=False, error=f"{path} answered, but not from {p['unit']}: {result['owner']['reason']}")
+            said = f"{path} answered, but not from {p['unit']}" if result["ok"] else result["error"]
+            result.update(ok=False, error=f"{said}: {result['owner']['reason']}")
     if not result["ok"]:
         module.fail_json(msg=result["error"], **{k: v for k, v in result.items() if k != "ok"})
     module.exit_json(changed=False, **{k: v for k, v in result.items() if k != "ok"})

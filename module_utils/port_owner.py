@@ -115,8 +115,10 @@ def judge(port, control_group, unit, found):
                "judged": not forwarded, "reason": None}
     if foreign:
         holders = "; ".join(f"pid {e['pid']} ({e['command']}) in {e['cgroup'] or 'no cgroup'}" for e in foreign)
+        whose = (f"outside {unit}'s control group {control_group}" if control_group else
+                 f"not of {unit} (which runs no process: no control group)")
         verdict["reason"] = (
-            f"port {port} is held by a process outside {unit}'s control group {control_group or '(none)'}: "
+            f"port {port} is held by a process {whose}: "
             f"{holders}. The answer on the port is not the original's. Next: stop that process "
             f"(kill {' '.join(str(e['pid']) for e in foreign)}), then run rollback.yml to restart and prove {unit}")
     elif forwarded:

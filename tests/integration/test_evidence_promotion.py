@@ -2,12 +2,16 @@
 
 import hashlib
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 
 import pytest
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, lab, run_playbook
+
+from serving_rollout.module_utils.host_files import proc_stat
 
 LAB = LAB_HOST  # this test worker's lab host (conftest)
 SECRETS = ("lab-secret-6f1d0c9e2b7a4e58", "hf_labSecretToken0123456789abcdef")
@@ -246,3 +250,65 @@ def test_promoted_unit_that_fails_to_start_puts_the_previous_original_back(good_
     proof = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert proof.returncode == 0, proof.stdout[-3000:]
     assert unit_text() == original
+
+
+LOCK = "/var/lib/serving-rollout/sglang.service.lock"
+
+
+def engine_state():
+    out = lab("systemctl", "show", "-p", "ActiveState,NRestarts,InvocationID,NeedDaemonReload", "sglang.service").stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def test_promotion_while_a_run_holds_the_lock_is_refused_naming_the_holder(good_run):
+    """A living run's lock on the host (its holder: a process alive on this controller, as a run's
+    ansible-playbook is): promotion takes the lock like every door that changes the original, so it is refused
+    naming that run, and the unit, its invocation and the run's lock are untouched."""
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    me = os.getpid()
+    lock = {"token": "a-living-run", "run_id": "live-run-1", "holder": f"ops@{socket.gethostname()} pid {me}",
+            "controller": {"host": socket.gethostname(), "pid": me, "pid_start": proc_stat(me)[1]},
+            "since": "2026-12-07T00:00:00Z", "restoring": False}
+    lab("sh", "-c", f"cat > {LOCK}", stdin=json.dumps(lock))
+    before = (unit_text(), engine_state())
+    try:
+        result = promote(evidence, run_id, run_id)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert f"another rollout holds {LOCK}: run live-run-1 by ops@" in text, result.stdout[-3000:]
+        assert (unit_text(), engine_state()) == before
+        assert json.loads(lab("cat", LOCK).stdout)["token"] == "a-living-run"  # the run keeps its lock
+        assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
+    finally:
+        lab("rm", "-f", LOCK)
+
+
+def test_promotion_of_a_run_that_measured_another_original_is_refused_naming_the_difference(good_run):
+    """The original changed after the run (--context-length 32768 -> 16384, reloaded, restarted) and was adopted
+    with renew.yml: the run never measured this original, so promoting its control onto it is refused, naming
+    the file whose hash changed and 'run the candidate again'; the host keeps the edited original as it runs."""
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    original = unit_text()
+    edited = original.replace("--context-length 32768", "--context-length 16384")
+    assert edited != original
+    try:
+        lab("sh", "-c", "cat > /etc/systemd/system/sglang.service && systemctl daemon-reload && "
+                        "systemctl restart sglang.service", stdin=edited)
+        renew = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+        assert renew.returncode == 0, renew.stdout[-3000:]
+        before = engine_state()
+        result = promote(evidence, run_id, run_id)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        assert (f"promotion of run {run_id} refused, nothing changed: the original on the host is not the one that "
+                "run measured: /etc/systemd/system/sglang.service: measured ") in text, result.stdout[-3000:]
+        assert "Run the candidate again against this original" in text
+        assert unit_text() == edited and engine_state() == before
+        assert lab("test", "-e", LOCK, check=False).returncode == 1  # the promotion released its lock
+    finally:
+        lab("sh", "-c", "cat > /etc/systemd/system/sglang.service && systemctl daemon-reload && "
+                        "systemctl restart sglang.service", stdin=original)
+        back = run_playbook("renew.yml", inventory="inventory/lab", local=False)
+    assert back.returncode == 0, back.stdout[-3000:]
