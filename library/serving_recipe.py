@@ -23,8 +23,9 @@ description:
     rendering them, parsing them back and checking that exactly one control differs.
   - With C(compare_path), parses that unit file and fails unless it differs from the
     original in exactly one control, naming every difference.
-  - Refuses to build a candidate from a unit holding an inline secret value (it would be
-    copied); secrets belong in an EnvironmentFile.
+  - Refuses to build a candidate from a unit holding an inline secret value or an inline credential
+    (SetCredential=, named by its id, never its value): it would be copied; secrets belong in an
+    EnvironmentFile or a credential file (LoadCredential=).
   - Captures the unit's effective NCCL configuration (every source with its precedence - start-up
     hooks of the serving interpreter, the unit's or container's environment, the image's ENV,
     NCCL_CONF_FILE or ~/.nccl.conf of the service user, /etc/nccl.conf - and the running main
@@ -181,6 +182,7 @@ from ansible.module_utils.unit_recipe import (
     apply_change,
     apply_change_with_files,
     check_one_control,
+    inline_credentials,
     inline_secrets,
     parse_recipe,
     parse_rendered,
@@ -354,9 +356,15 @@ def read_running(module, unit, state, recipe, reading):
                     "restored after a candidate is not the one that ran before")
 
 
-def refuse_candidate(module, params, recipe, nccl, env_texts, result):
+def refuse_candidate(module, params, recipe, sections, nccl, env_texts, result):
     """A candidate this unit cannot have is refused with its reason, before anything is rendered (the
     EnvironmentFiles' texts, kept on the host, name a line systemd ignores)."""
+    credentials = inline_credentials(sections)
+    if credentials:
+        module.fail_json(msg=f"candidate refused before any change: the unit gives a credential inline "
+                             f"({', '.join(credentials)}); a candidate would copy it into a unit file of its own. "
+                             "Move it to a file the unit loads (LoadCredential=ID:PATH or LoadCredentialEncrypted=)",
+                         **result)
     problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
     if problem:
         module.fail_json(msg=f"candidate refused: {problem}", **result)
@@ -470,7 +478,7 @@ def main():
         managed, problems = managed_recipe(params["unit"], recipe, sections)
         result["managed"] = {"recipe": managed, "problems": problems}
     if params["change"] is not None and not params["compare_path"]:
-        refuse_candidate(module, params, recipe, nccl, env_texts, result)
+        refuse_candidate(module, params, recipe, sections, nccl, env_texts, result)
         if params["read_build"] and params["change"].get("kind") == "program":
             check_build(module, params, recipe, result)
         render_candidate(module, params, recipe, sections, env_texts, result)

@@ -382,6 +382,17 @@ def parse_recipe(sections, env_files=None):
     return recipe
 
 
+# Credentials a unit may give inline (systemd.exec(5)): the value sits in the unit file itself.
+INLINE_CREDENTIALS = ("SetCredential", "SetCredentialEncrypted")
+
+
+def inline_credentials(sections):
+    """Each SetCredential=/SetCredentialEncrypted= of the unit, as 'Directive=ID' (never the value): a candidate
+    would copy it into a file of its own."""
+    return [f"{key}={value.partition(':')[0]}" for key in INLINE_CREDENTIALS
+            for value in values(sections, "Service", key)]
+
+
 def inline_secrets(recipe):
     """Where the unit itself holds a value under a secret-looking name (not a $VAR reference),
     wherever it appears: Environment= (also when an EnvironmentFile sets the same name), a
@@ -435,14 +446,78 @@ def _split_display(value):
         return None
 
 
+# Directives whose values are the unit's configuration, never a credential: shown as they are. Every other
+# directive (unknown ones, SetCredential=, PassEnvironment=, an X- extension) shows its key only; Exec* and
+# Environment= go through the flag and variable allow-lists.
+SHOWN_DIRECTIVES = frozenset((
+    "Description", "Documentation", "After", "Before", "Wants", "Requires", "Requisite", "BindsTo", "PartOf",
+    "Upholds", "Conflicts", "OnFailure", "OnSuccess", "StartLimitIntervalSec", "StartLimitBurst",
+    "StartLimitAction", "DefaultDependencies", "ConditionPathExists", "AssertPathExists", "Type", "Restart",
+    "RestartSec", "RestartSteps", "RestartMaxDelaySec", "RestartPreventExitStatus", "SuccessExitStatus",
+    "RemainAfterExit", "TimeoutSec", "TimeoutStartSec", "TimeoutStopSec", "TimeoutAbortSec", "RuntimeMaxSec",
+    "WatchdogSec", "KillMode", "KillSignal", "FinalKillSignal", "SendSIGKILL", "SendSIGHUP", "NotifyAccess",
+    "PIDFile", "User", "Group", "SupplementaryGroups", "DynamicUser", "WorkingDirectory", "RootDirectory",
+    "EnvironmentFile", "LoadCredential", "LoadCredentialEncrypted", "ImportCredential", "UMask", "Nice",
+    "CPUAffinity", "NUMAPolicy", "NUMAMask", "IOSchedulingClass", "IOSchedulingPriority", "CPUQuota",
+    "AllowedCPUs", "MemoryMax", "MemoryHigh", "MemoryLimit", "TasksMax", "LimitNOFILE", "LimitMEMLOCK",
+    "LimitCORE", "LimitNPROC", "LimitSTACK", "OOMPolicy", "OOMScoreAdjust", "Slice", "Delegate",
+    "DeviceAllow", "DevicePolicy", "PrivateTmp", "PrivateDevices", "ProtectSystem", "ProtectHome",
+    "NoNewPrivileges", "ReadWritePaths", "ReadOnlyPaths", "InaccessiblePaths", "BindPaths",
+    "BindReadOnlyPaths", "RuntimeDirectory", "StateDirectory", "CacheDirectory", "LogsDirectory",
+    "ConfigurationDirectory", "StandardInput", "StandardOutput", "StandardError", "SyslogIdentifier",
+    "WantedBy", "RequiredBy", "Alias", "Also", "DefaultInstance", "KillSignal", "ExitType", "GuessMainPID",
+    # Quadlet [Container] keys that name what runs (Environment= and Exec= go through the allow-lists)
+    "Image", "ContainerName", "Network", "PublishPort", "Volume", "AddDevice", "PodmanArgs", "Pull",
+    "SecurityLabelDisable", "ShmSize", "HealthCmd", "Notify", "AutoUpdate",
+))
+# A value shaped like a credential wherever it stands (a comment, free text): Hugging Face, OpenAI-style and
+# GitHub tokens, AWS key ids, JWTs, and long hex or base64 runs.
+TOKEN_SHAPE = r"(?:hf_|sk-|sk_|ghp_|gho_|github_pat_|xox[abp]-|AKIA|ASIA|eyJ)[A-Za-z0-9_\-.]{8,}|\b[A-Fa-f0-9]{32,}\b"
+SECRET_SHAPE_RE = re.compile(TOKEN_SHAPE)
+# In free text also a long base64 run (no '/', '-' or '.': paths and model ids are not one).
+FREE_TEXT_SECRET_RE = re.compile(TOKEN_SHAPE + r"|[A-Za-z0-9+]{40,}={0,2}")
+
+
+def _redact_words(text):
+    """Free text (a comment) word by word: NAME=value and flag values by the allow-lists (a word glued as
+    Directive=NAME=value reads as that directive), and any word shaped like a credential redacted."""
+    words = _split_display(text)
+    if words is None:
+        words = text.split()
+    out = []
+    for word in redact_argv(words):
+        head, eq, rest = word.partition("=")
+        if eq and "=" in rest and head.isalpha():  # Environment=HF_TOKEN=hf_...: the variable decides
+            var, _, val = rest.partition("=")
+            word = f"{head}={var}={shown(var, val)}"
+        out.append(REDACTED if FREE_TEXT_SECRET_RE.search(word) and REDACTED not in word else word)
+    return " ".join(out)
+
+
+def _redact_comment(line):
+    """A comment as it may be shown: a commented-out directive as that directive would be, free text word by
+    word. systemd ignores the line; the redaction does not."""
+    stripped = line.lstrip()
+    marker, body = line[:len(line) - len(stripped) + 1], stripped[1:]
+    key, sep, _ = body.strip().partition("=")
+    if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key.strip()):
+        return marker + (" " if body.startswith(" ") else "") + redact_unit_line(body.strip())
+    return marker + (" " + _redact_words(body) if body.strip() else body)
+
+
 def redact_unit_line(line):
-    """A unit-file line as it may be shown: Exec* values through redact_argv, Environment=
-    assignments by the allow-list; other directives as they are. A line that cannot be read
-    shows its key only."""
+    """A unit-file line as it may be shown, whatever systemd does with it: Exec* values through redact_argv,
+    Environment= assignments by the variable allow-list, directives of SHOWN_DIRECTIVES as they are, every
+    other directive's value redacted (SetCredential=, unknown keys), comments through the same allow-lists (a
+    commented-out directive as that directive), a line that cannot be read as its key only."""
     key, sep, value = line.partition("=")
     name = key.strip()
-    if not sep or name.startswith(("#", ";", "[")):
-        return line if name.startswith(("#", ";", "[")) or not line.strip() else REDACTED
+    if name.startswith(("#", ";")) or (not sep and line.lstrip().startswith(("#", ";"))):
+        return _redact_comment(line)
+    if name.startswith("[") or (not sep and line.strip().startswith("[")):
+        return line if re.fullmatch(r"\s*\[[A-Za-z0-9 _.-]*\]\s*", line) else REDACTED
+    if not sep:
+        return line if not line.strip() else REDACTED
     if name.startswith("Exec"):
         prefix = ""
         body = value.strip()
@@ -462,7 +537,9 @@ def redact_unit_line(line):
             text = f"{var}={shown(var, val)}" if eq else REDACTED
             shown_words.append(f"{word[0]}{text}{word[0]}" if quoted else text)
         return f"{key}={' '.join(shown_words)}"
-    return line
+    if name in SHOWN_DIRECTIVES and not SECRET_SHAPE_RE.search(value):
+        return line
+    return f"{key}={REDACTED}" if value.strip() else line
 
 
 def redact_argv(argv):

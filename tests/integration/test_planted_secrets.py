@@ -106,3 +106,45 @@ def test_inline_secret_is_refused_without_showing_it(secret_unit):
     assert result.returncode != 0
     assert "the unit holds inline secret values (Environment=HF_TOKEN)" in text
     assert "hf_inlinePlant0099" not in result.stdout + result.stderr and leaks(result.stdout + result.stderr) == []
+
+
+# Values that only comments hold, and a credential given inline (systemd.exec(5) SetCredential=).
+COMMENTED = ("hf_commentPlant0101abcdef", "sk-commentPlant0102xyz", "ghp_commentPlant0103abcdefgh")
+COMMENTED_TEXT = UNIT_TEXT.replace("[Service]\n", "[Service]\n"
+                                   "# old token: Environment=HF_TOKEN=hf_commentPlant0101abcdef\n"
+                                   "#ExecStart=/usr/bin/python3 serve --api-key sk-commentPlant0102xyz --port 1\n"
+                                   "; rotated 2026-11: ghp_commentPlant0103abcdefgh\n")
+CANDIDATE = "/etc/systemd/system/secret-shapes-candidate.service"
+
+
+def comment_leaks(text):
+    return [value for value in COMMENTED if value in text]
+
+
+def test_secrets_in_comment_lines_never_reach_the_console_the_result_or_the_candidate(secret_unit):
+    """A unit whose comments hold old secrets (systemd ignores the lines; the redaction does not): a plain
+    candidate-render.yml at the default verbosity, then -vvv --check --diff, shows every comment redacted by the
+    same allow-lists, and the candidate written on the host holds none of them."""
+    lab("sh", "-c", f"cat > /etc/systemd/system/{UNIT} && systemctl daemon-reload", stdin=COMMENTED_TEXT)
+    plain = ansible_playbook("candidate-render.yml", {"serving_recipe_unit": UNIT})
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    assert comment_leaks(plain.stdout + plain.stderr) == [] and leaks(plain.stdout + plain.stderr) == []
+    assert comment_leaks(lab("cat", CANDIDATE).stdout) == []
+    verbose = ansible_playbook("candidate-render.yml", {"serving_recipe_unit": UNIT}, "-vvv", "--check", "--diff")
+    out = verbose.stdout + verbose.stderr
+    assert verbose.returncode == 0, verbose.stdout[-3000:]
+    assert comment_leaks(out) == [] and leaks(out) == []
+    assert "# old token: Environment=<redacted>" in out and "#ExecStart=/usr/bin/python3 serve --api-key <redacted>" \
+        in out, out[-3000:]
+
+
+def test_an_inline_credential_is_refused_naming_the_directive_never_its_value(secret_unit):
+    inline = UNIT_TEXT.replace("[Service]\n", "[Service]\nSetCredential=hf-token:hf_credPlant0201abcdef\n")
+    lab("sh", "-c", f"rm -f {CANDIDATE}; cat > /etc/systemd/system/{UNIT} && systemctl daemon-reload", stdin=inline)
+    result = ansible_playbook("candidate-render.yml", {"serving_recipe_unit": UNIT}, "-vvv", "--diff")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "the unit gives a credential inline (SetCredential=hf-token)" in re.sub(r"\s+", " ", result.stdout), \
+        result.stdout[-3000:]
+    assert "hf_credPlant0201abcdef" not in out and leaks(out) == []
+    assert lab("test", "-e", CANDIDATE, check=False).returncode == 1  # no candidate copied the credential

@@ -224,3 +224,29 @@ def test_a_docker_vllm_unit_in_the_shape_deployment_scripts_write_is_read_as_sys
     assert "ExecStartPre=-/usr/bin/docker stop vllm-candidate" in text and "--name vllm-candidate" in text
     candidate = ur.parse_recipe(ur.parse_rendered(text), {})
     assert ur.check_one_control(recipe, candidate, change)["control"] == "arg:--max-num-seqs"
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("# old token: Environment=HF_TOKEN=hf_abcdefghijklmnop1234", "# old token: Environment=<redacted>"),
+    ("#ExecStart=/usr/bin/python3 -m sglang.launch_server --api-key sk-abcdef1234567890 --port 30000",
+     "#ExecStart=/usr/bin/python3 -m sglang.launch_server --api-key <redacted> --port 30000"),
+    ("; Environment=NCCL_P2P_DISABLE=1 HF_TOKEN=hf_x", "; Environment=NCCL_P2P_DISABLE=1 HF_TOKEN=<redacted>"),
+    ("# rotated: ghp_abcdefghijklmnopqrstuvwxyz0123", "# rotated: <redacted>"),
+    ("# Ansible managed (lab provisioning)", "# Ansible managed (lab provisioning)"),
+    ("SetCredential=hf-token:hf_abcdefghijklmnopqrstu", "SetCredential=<redacted>"),
+    ("PassEnvironment=HF_TOKEN", "PassEnvironment=<redacted>"),
+    ("X-Vault-Token=s.abc", "X-Vault-Token=<redacted>"),
+    ("Restart=unless-stopped", "Restart=unless-stopped"),
+    ("WorkingDirectory=/srv/models/Qwen3-235B-A22B-Instruct-2507-FP8",
+     "WorkingDirectory=/srv/models/Qwen3-235B-A22B-Instruct-2507-FP8"),
+    ("Description=token hf_abcdefghijklmnop1234 in a description", "Description=<redacted>"),
+    ("vi /etc/systemd/system/vllm.service", "<redacted>"),
+])
+def test_every_line_of_a_unit_passes_the_allow_list_comments_and_unknown_directives_too(line, shown):
+    assert ur.redact_unit_line(line) == shown
+
+
+def test_an_inline_credential_is_named_by_its_id_never_its_value():
+    sections = ur.parse_unit_text("[Service]\nSetCredential=hf-token:hf_abc\nSetCredentialEncrypted=db: k7Q==\n"
+                                  "LoadCredential=api:/etc/creds/api\nExecStart=/bin/serve\n")
+    assert ur.inline_credentials(sections) == ["SetCredential=hf-token", "SetCredentialEncrypted=db"]
