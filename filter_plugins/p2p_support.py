@@ -25,7 +25,9 @@ def p2p_support_verdict(iommu, nvml):
         if gpu.get("acs_unknown"):
             notes.append(f"ACS unknown on {', '.join(gpu['acs_unknown'])} above GPU {gpu['bdf']}")
     if not iommu.get("enabled"):
-        notes.append("no IOMMU groups: " + "; ".join(iommu.get("reasons", [])))
+        reasons = list(dict.fromkeys(iommu.get("reasons", [])))  # each once
+        notes.append("; ".join(reasons) if reasons and all(r.startswith("no IOMMU groups") for r in reasons)
+                     else "no IOMMU groups: " + ("; ".join(reasons) or "none found"))
     if not nvml.get("available"):
         blockers.append(f"NVML not available: {nvml.get('reason')}")
     else:
@@ -33,7 +35,14 @@ def p2p_support_verdict(iommu, nvml):
             if not pair.get("p2p_ok"):
                 blockers.append(f"NVML P2P READ/WRITE not OK for GPU {pair['i']} -> {pair['j']}: "
                                 f"{pair['p2p_status']}")
+    notes = list(dict.fromkeys(notes))
+    if nvml.get("available") and nvml.get("gpu_count", len(nvml.get("gpus") or [None, None])) == 1:
+        # one GPU has no peer: neither support nor a blocker, and no P2P control applies
+        return {"driver_p2p_ok": None, "blockers": blockers, "support_evidence": False, "applies": False,
+                "notes": notes + ["one GPU: no peer pair; P2P controls do not apply"],
+                "proof": "not applicable: one GPU has no peer pair"}
     return {
+        "applies": True,
         "driver_p2p_ok": bool(nvml.get("all_pairs_p2p_ok")),
         "blockers": blockers,
         "notes": notes,

@@ -319,11 +319,16 @@ def run_nccl_tests(module, params, gpus, base_env, budget):
 def preflight_gpus(module, params, pre):
     """The GPUs to test (given, or all the preflight found), refused when fewer than two or busy."""
     preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
-    if pre["status"] != "ok" and not params["gpus"]:
-        module.fail_json(msg="preflight failed and no gpus were given: " + pre["output"][-800:])
+    if pre["status"] != "ok":  # nothing after it can be trusted: refused before any copy or collective
+        module.fail_json(msg="refused before any GPU work: the preflight failed: " + pre["output"][-800:])
+    if preflight.get("missing"):
+        module.fail_json(msg=f"refused before any GPU work: GPU {', '.join(map(str, preflight['missing']))} named in "
+                             f"gpus {params['gpus']} is not on this host (NVML counts {preflight.get('count')} "
+                             f"GPU{'' if preflight.get('count') == 1 else 's'})", preflight=preflight)
     gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
     if len(gpus) < 2:
-        module.fail_json(msg=f"need at least two GPUs, found {gpus}", preflight=preflight)
+        module.fail_json(msg=f"refused before any GPU work: {'one GPU' if len(gpus) == 1 else 'no GPU'} "
+                             f"({gpus}): no peer pair; the peer path does not apply", preflight=preflight)
     busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
             if g.get("compute_processes") and g["index"] in gpus}
     if busy and not params["force"]:

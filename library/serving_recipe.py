@@ -24,7 +24,7 @@ description:
   - With C(compare_path), parses that unit file and fails unless it differs from the
     original in exactly one control, naming every difference.
   - Refuses to build a candidate from a unit holding an inline secret value or an inline credential
-    (SetCredential=, named by its id, never its value): it would be copied; secrets belong in an
+    (SetCredential=, named by its id, never its value), which it would copy; secrets belong in an
     EnvironmentFile or a credential file (LoadCredential=).
   - Captures the unit's effective NCCL configuration (every source with its precedence - start-up
     hooks of the serving interpreter, the unit's or container's environment, the image's ENV,

@@ -32,9 +32,9 @@ class ControlError(ValueError):
     """A control, setting or proof refused, naming the bad value."""
 
 
-def _nccl(cid, name, what, default, value, note=""):
+def _nccl(cid, name, what, default, value, note="", path=None):
     return {
-        "id": cid, "group": "nccl-tuning", "what": what,
+        "id": cid, "group": "nccl-tuning", "what": what, **({"path": path} if path else {}),
         "set": {engine: {"kind": "env", "name": name, "value": "$value"} for engine in ENGINES},
         "value": value, "default": default,
         "proof": {"kind": "nccl_setting", "name": name},
@@ -42,9 +42,9 @@ def _nccl(cid, name, what, default, value, note=""):
     }
 
 
-def _arg(cid, group, what, setters, default, value, requires=(), after=(), numerics=None, note=""):
+def _arg(cid, group, what, setters, default, value, requires=(), after=(), numerics=None, note="", path=None):
     return {
-        "id": cid, "group": group, "what": what,
+        "id": cid, "group": group, "what": what, **({"path": path} if path else {}),
         "set": {engine: {"kind": "arg", "name": flag, "value": "$value"} for engine, flag in setters.items()},
         "value": value, "default": default, "proof": {"kind": "engine_arg"},
         "requires": list(requires), "after": list(after), "effect_model": None, "numerics": numerics, "note": note,
@@ -53,7 +53,7 @@ def _arg(cid, group, what, setters, default, value, requires=(), after=(), numer
 
 CATALOG = [
     # ---- transport (the seed plan's first three) ----
-    {"id": "p2p", "group": "transport",
+    {"id": "p2p", "group": "transport", "path": "peer",
      "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (value set0, the default) or is "
              "removed (value drop)",
      "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$value"} for engine in ENGINES},
@@ -62,13 +62,13 @@ CATALOG = [
      "proof": {"kind": "nccl_p2p"}, "requires": ["capture", "peer_path"], "after": [],
      "effect_model": "decode_probe", "numerics": "exact",
      "note": "P2P both directions on every rank pair, no SHM, from NCCL's channel lines"},
-    {"id": "cumem", "group": "transport",
+    {"id": "cumem", "group": "transport", "path": "peer",
      "what": "NCCL's cuMem allocator: the NCCL_CUMEM_ENABLE override is removed (NCCL's own choice)",
      "set": {engine: {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None} for engine in ENGINES},
      "value": None, "default": {engine: "NCCL's autodetection (on from 2.19 where supported)" for engine in ENGINES},
      "proof": {"kind": "nccl_transport", "transports": ["P2P/CUMEM"]}, "requires": ["capture"], "after": [],
      "effect_model": None, "numerics": "exact", "note": "shows only on P2P connections (via P2P/CUMEM)"},
-    {"id": "custom-all-reduce", "group": "transport",
+    {"id": "custom-all-reduce", "group": "transport", "path": "peer",
      "what": "the engine's custom all-reduce kernel: --disable-custom-all-reduce is removed",
      "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None} for engine in ENGINES},
      "value": None, "default": {engine: "on where the engine's own P2P check passes" for engine in ENGINES},
@@ -97,7 +97,7 @@ CATALOG = [
           {e: "512 on recent GPUs" for e in ENGINES}, {"choices": ["64", "128", "256", "512"]}),
     _nccl("nccl-p2p-level", "NCCL_P2P_LEVEL", "the farthest topology distance NCCL still uses P2P across",
           {e: "NCCL's choice per GPU pair" for e in ENGINES},
-          {"choices": ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"]}),
+          {"choices": ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"]}, path="peer"),
     # ---- CUDA graphs and all-reduce implementations (SGLang) ----
     _arg("cuda-graph-max-bs", "cuda-graph", "the largest batch captured as a CUDA graph",
          {"sglang": "--cuda-graph-max-bs", "vllm": "--max-cudagraph-capture-size"},
@@ -108,11 +108,11 @@ CATALOG = [
          {"pattern": r"^\d+(?:[ ,]\d+)*$"}),
     _arg("flashinfer-allreduce-fusion", "all-reduce", "FlashInfer's fused all-reduce + residual + RMSNorm",
          {"sglang": "--enable-flashinfer-allreduce-fusion"}, {"sglang": "off"}, {"switch": True},
-         requires=["peer_path"], numerics="kernels"),
+         requires=["peer_path"], numerics="kernels", path="peer"),
     _arg("mscclpp", "all-reduce", "MSCCL++ all-reduce for small messages", {"sglang": "--enable-mscclpp"},
-         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels"),
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels", path="peer"),
     _arg("torch-symm-mem", "all-reduce", "torch symmetric-memory all-reduce", {"sglang": "--enable-torch-symm-mem"},
-         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels"),
+         {"sglang": "off"}, {"switch": True}, requires=["peer_path"], numerics="kernels", path="peer"),
     # ---- scheduler ----
     _arg("chunked-prefill", "scheduler", "the prefill chunk budget in tokens per step",
          {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"},
@@ -304,6 +304,12 @@ def proof_for(control_id, change, custom_proof=None):
     if proof["kind"] == "nccl_setting" and change.get("kind") == "env":
         proof["name"] = change["name"]
     return proof
+
+
+def uses_peer_path(control_id):
+    """Whether the control's traffic takes the GPUs' peer path between ranks (the catalog's "path": "peer"): its
+    prerequisites follow that path's host facts, and a host of one GPU has no such path."""
+    return (BY_ID.get(control_id) or {}).get("path") == "peer"
 
 
 def requires(control_id):

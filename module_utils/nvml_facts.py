@@ -57,9 +57,27 @@ def nvml_bus_id_to_sysfs(bus_id):
     return f"{domain[-4:]}:{rest}".lower()
 
 
+def read_memory(nvml, handle):
+    """Memory as nvidia-smi reads it: the versioned call (nvmlDeviceGetMemoryInfo_v2), whose `used` leaves out
+    what the driver reserves (shown apart, as nvidia-smi's Reserved); on a driver or binding without it, the first
+    call - whose `used` counts the reserved memory too - named as the fallback with why."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    why = "nvmlMemory_v2: not in this nvidia-ml-py"
+    if version is not None:
+        v2 = _call(nvml, "nvmlDeviceGetMemoryInfo", handle, version)
+        if not isinstance(v2, dict):
+            return {"memory_call": "v2", "memory_total": v2.total, "memory_used": v2.used,
+                    "memory_reserved": v2.reserved}
+        why = v2["error"]
+    v1 = _call(nvml, "nvmlDeviceGetMemoryInfo", handle)
+    return {"memory_call": f"v1 (fallback: {why}; used includes the driver's reserved memory)",
+            "memory_total": v1 if isinstance(v1, dict) else v1.total,
+            "memory_used": v1 if isinstance(v1, dict) else v1.used, "memory_reserved": None}
+
+
 def read_gpu(nvml, index, handle):
     pci = _call(nvml, "nvmlDeviceGetPciInfo", handle)
-    memory = _call(nvml, "nvmlDeviceGetMemoryInfo", handle)
+    memory = read_memory(nvml, handle)
     nvlinks = []
     for link in range(MAX_NVLINKS):
         state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
@@ -74,8 +92,7 @@ def read_gpu(nvml, index, handle):
         "name": _call(nvml, "nvmlDeviceGetName", handle),
         "uuid": _call(nvml, "nvmlDeviceGetUUID", handle),
         "bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
-        "memory_total": memory if isinstance(memory, dict) else memory.total,
-        "memory_used": memory if isinstance(memory, dict) else memory.used,
+        **memory,
         "power": {
             "enforced_mw": _call(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle),
             "limit_mw": _call(nvml, "nvmlDeviceGetPowerManagementLimit", handle),
@@ -164,6 +181,10 @@ def summarize_gpu(gpu):
         "bus_id": bus_id, "bus_id_sysfs": nvml_bus_id_to_sysfs(bus_id),
         "memory_total_mib": gpu["memory_total"] // 2**20 if isinstance(gpu["memory_total"], int) else None,
         "memory_used_mib": gpu["memory_used"] // 2**20 if isinstance(gpu["memory_used"], int) else None,
+        "memory_reserved_mib": gpu["memory_reserved"] // 2**20 if isinstance(gpu.get("memory_reserved"), int)
+        else None,
+        # readings recorded before the versioned call was read were the first call's
+        "memory_call": gpu.get("memory_call", "v1 (recorded before the versioned call was read)"),
         "power_w": {
             "enforced": _watts(power.get("enforced_mw")), "limit": _watts(power.get("limit_mw")),
             "default": _watts(power.get("default_mw")), "usage": _watts(power.get("usage_mw")),

@@ -59,6 +59,41 @@ def timed(torch, gpus, fn, iters, reps=3):
     return statistics.median(samples)
 
 
+def _preflight_gpu(nvml, index, indices):
+    """One GPU's bus id, compute processes, NVLink remotes and peers, PCIe link, as the preflight reports it."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    gpu = {"index": index, "bus_id": nvml.nvmlDeviceGetPciInfo(handle).busId}
+    gpu["bus_id"] = gpu["bus_id"].decode() if isinstance(gpu["bus_id"], bytes) else gpu["bus_id"]
+    procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    gpu["compute_processes"] = [{"pid": p.pid, "used_memory": p.usedGpuMemory} for p in procs]
+    links = []
+    for link in range(18):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link):
+                remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId
+                links.append(remote.decode() if isinstance(remote, bytes) else remote)
+        except Exception:  # link absent or not supported
+            continue
+    gpu["nvlink_remotes"] = links
+    gpu["nvlink_peers"] = []
+    for peer in indices:
+        if peer == index:
+            continue
+        try:
+            other = nvml.nvmlDeviceGetHandleByIndex(peer)
+            if nvml.nvmlDeviceGetP2PStatus(handle, other, 2) == 0:  # 2: NVLINK index
+                gpu["nvlink_peers"].append(peer)
+        except Exception:  # status unreadable: not counted as an NVLink peer
+            continue
+    for key, fn in (("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                    ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth)):
+        try:
+            gpu[key] = fn(handle)
+        except Exception:
+            gpu[key] = None
+    return gpu
+
+
 def preflight(args):
     out = {"gpus": [], "nvml": None}
     try:
@@ -69,39 +104,12 @@ def preflight(args):
         out["nvml"] = f"unavailable: {exc}"
         return out
     try:
-        indices = args["gpus"] or list(range(nvml.nvmlDeviceGetCount()))
-        for index in indices:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpu = {"index": index, "bus_id": nvml.nvmlDeviceGetPciInfo(handle).busId}
-            gpu["bus_id"] = gpu["bus_id"].decode() if isinstance(gpu["bus_id"], bytes) else gpu["bus_id"]
-            procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            gpu["compute_processes"] = [{"pid": p.pid, "used_memory": p.usedGpuMemory} for p in procs]
-            links = []
-            for link in range(18):
-                try:
-                    if nvml.nvmlDeviceGetNvLinkState(handle, link):
-                        remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId
-                        links.append(remote.decode() if isinstance(remote, bytes) else remote)
-                except Exception:  # link absent or not supported
-                    continue
-            gpu["nvlink_remotes"] = links
-            gpu["nvlink_peers"] = []
-            for peer in indices:
-                if peer == index:
-                    continue
-                try:
-                    other = nvml.nvmlDeviceGetHandleByIndex(peer)
-                    if nvml.nvmlDeviceGetP2PStatus(handle, other, 2) == 0:  # 2: NVLINK index
-                        gpu["nvlink_peers"].append(peer)
-                except Exception:  # status unreadable: not counted as an NVLink peer
-                    continue
-            for key, fn in (("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
-                            ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth)):
-                try:
-                    gpu[key] = fn(handle)
-                except Exception:
-                    gpu[key] = None
-            out["gpus"].append(gpu)
+        out["count"] = nvml.nvmlDeviceGetCount()
+        out["missing"] = sorted(i for i in args["gpus"] if i >= out["count"])
+        if out["missing"]:  # a GPU the host does not have: nothing is read, the caller refuses by name
+            return out
+        indices = args["gpus"] or list(range(out["count"]))
+        out["gpus"] = [_preflight_gpu(nvml, index, indices) for index in indices]
         out["nvml"] = "ok"
     finally:
         nvml.nvmlShutdown()

@@ -118,6 +118,17 @@ def peer_facts(capture):
     return support, human
 
 
+def one_gpu(facts):
+    """Why peer and collective controls do not apply on this host, or None: NVML counts one GPU, or the engine runs
+    at TP 1 (no rank has a peer)."""
+    nvml = (facts.get("capture") or {}).get("nvml") or {}
+    if nvml.get("available") and nvml.get("gpu_count") == 1:
+        return "one GPU: no peer pair; P2P controls do not apply"
+    if str(facts["recipe"].get("tp_size") or "") == "1":
+        return "TP 1: no rank has a peer and no collective runs; P2P and NCCL controls do not apply"
+    return None
+
+
 def interconnect(capture):
     pairs = (capture.get("nvml") or {}).get("pairs") or []
     if not pairs:
@@ -161,7 +172,7 @@ def prerequisite(need, facts, proposed):
 
 def prerequisites(item, facts, proposed):
     out = [prerequisite(need, facts, proposed) for need in item.get("requires") or []]
-    if item.get("proof", {}).get("kind") == "nccl_p2p":
+    if controls.uses_peer_path(item["id"]):  # every control whose traffic takes the peer path, not only p2p
         _, human = peer_facts(facts["capture"])
         out += [{"kind": "host-change", "fact": change["fact"], "what": change["what"], "met": False,
                  "to_do": "a human changes the host first, then capture.yml again (plan.yml re-checks the newest "
@@ -196,6 +207,9 @@ def consider(item, facts):
     backend = (facts.get("scan") or {}).get("collectives", {}).get("backend")
     if engine not in item.get("set", {}):
         return None, f"the catalog has no setter for {engine}"
+    single = one_gpu(facts)
+    if single and (controls.uses_peer_path(item["id"]) or controls.proven_by_nccl(item.get("proof") or {})):
+        return None, single
     if controls.proven_by_nccl(item.get("proof") or {}) and backend not in (None, "nccl"):
         return None, f"the engine's collectives run on {backend}, not NCCL: an NCCL control changes nothing"
     if item["group"] == "upgrade":

@@ -66,8 +66,23 @@ class RecordedNvml:
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=self._gpu(h)["bus_id"].encode())
 
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=self._gpu(h)["memory_total"], used=self._gpu(h)["memory_used"])
+    @property
+    def nvmlMemory_v2(self):
+        """The versioned call's constant, as nvidia-ml-py 12+ defines it."""
+        return 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        """The first call, or with `version` the versioned one: replayed where the readings recorded it
+        (memory_reserved), else NVMLError as a driver without nvmlDeviceGetMemoryInfo_v2 answers."""
+        gpu = self._gpu(h)
+        if version is None:
+            used = gpu["memory_used"] + (gpu.get("memory_reserved") or 0) if gpu.get("memory_call") == "v2" \
+                else gpu["memory_used"]
+            return SimpleNamespace(total=gpu["memory_total"], used=used, free=gpu["memory_total"] - used)
+        if gpu.get("memory_call") != "v2":
+            raise NVMLError("Function Not Found")
+        return SimpleNamespace(total=gpu["memory_total"], used=gpu["memory_used"], reserved=gpu["memory_reserved"],
+                               free=gpu["memory_total"] - gpu["memory_used"] - gpu["memory_reserved"])
 
     def nvmlDeviceGetNvLinkState(self, h, link):
         links = {entry["link"]: entry for entry in self._gpu(h)["nvlinks"]}

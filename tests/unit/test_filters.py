@@ -44,7 +44,17 @@ def test_p2p_support_verdict_vm_guest_with_nvml_ok():
     nvml = {"available": True, "all_pairs_p2p_ok": True, "pairs": [{"i": 0, "j": 1, "p2p_ok": True}]}
     verdict = p2p_support_verdict(iommu, nvml)
     assert verdict["support_evidence"] and verdict["blockers"] == []
-    assert verdict["notes"] == ["no IOMMU groups: no IOMMU groups"]
+    assert verdict["notes"] == ["no IOMMU groups"]  # said once, not "no IOMMU groups: no IOMMU groups"
+
+
+def test_p2p_support_verdict_one_gpu_has_no_peer_pair_and_each_note_once():
+    reason = "no IOMMU groups in /sys/kernel/iommu_groups (no IOMMU, or a VM guest without a virtual IOMMU)"
+    iommu = {"enabled": False, "reasons": [reason, reason], "gpus": []}
+    nvml = {"available": True, "gpu_count": 1, "all_pairs_p2p_ok": False, "pairs": [], "gpus": [{"index": 0}]}
+    verdict = p2p_support_verdict(iommu, nvml)
+    assert verdict == {"driver_p2p_ok": None, "blockers": [], "support_evidence": False, "applies": False,
+                       "notes": [reason, "one GPU: no peer pair; P2P controls do not apply"],
+                       "proof": "not applicable: one GPU has no peer pair"}
 
 
 def test_token_counts_are_not_secrets():

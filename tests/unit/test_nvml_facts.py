@@ -40,7 +40,13 @@ def test_collect_inits_once_and_passes_integer_read_index(readings):
     result = nvml_facts.collect(nvml)
     assert nvml.inits == 1 and nvml.shutdowns == 1
     assert result["available"] and result["pairs"][1]["p2p_status"]["READ"] == "OK"
-    assert result["readings"] == readings  # a faithful round trip of the recorded host
+    # a faithful round trip of the recorded host; its driver readings predate the versioned memory call, so the
+    # first call is read and named as the fallback
+    kept = [{k: v for k, v in g.items() if k not in ("memory_call", "memory_reserved")}
+            for g in result["readings"]["gpus"]]
+    assert {**result["readings"], "gpus": kept} == readings
+    fallback = "v1 (fallback: nvmlDeviceGetMemoryInfo: NVMLError: Function Not Found;"
+    assert all(g["memory_call"].startswith(fallback) for g in result["gpus"])
     with pytest.raises(TypeError):  # what the library's own READ constant does
         nvml.nvmlDeviceGetP2PStatus(0, 1, NVML_P2P_CAPS_INDEX_READ)
 
@@ -93,3 +99,18 @@ def test_a_gpu_busy_with_no_process_is_wedged_and_a_busy_one_with_its_engine_is_
     assert nvml_facts.wedged_gpus(readings, processes) == [{"index": 0, "util_pct": 100, "power_w": 412.0}]
     assert nvml_facts.wedged_gpus(readings, processes, util_pct=101) == []
     assert nvml_facts.wedged_gpus([], []) == []
+
+
+def test_memory_is_read_as_nvidia_smi_reads_it_with_the_reserved_memory_apart(readings):
+    """On a driver with nvmlDeviceGetMemoryInfo_v2 the capture reads it: `used` leaves out what the driver reserves
+    (nvidia-smi's Reserved), which the first call counts as used - an idle GPU then reads hundreds of MiB used.
+    Constructed from the H200 pair's idle reading (615 MiB used by the first call): 614 MiB reserved, 1 MiB used."""
+    v2 = json.loads(json.dumps(readings))
+    for gpu in v2["gpus"]:
+        gpu.update(memory_call="v2", memory_reserved=614 * 2**20, memory_used=1 * 2**20)
+    nvml = RecordedNvml(v2)
+    first = nvml.nvmlDeviceGetMemoryInfo(0)
+    assert first.used // 2**20 == 615  # what the capture read before
+    result = nvml_facts.collect(nvml)
+    gpu = result["gpus"][0]
+    assert (gpu["memory_used_mib"], gpu["memory_reserved_mib"], gpu["memory_call"]) == (1, 614, "v2")

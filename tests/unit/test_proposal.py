@@ -10,7 +10,7 @@ import jsonschema
 from conftest import FIXTURES, REPO
 
 from serving_rollout import proposal
-from serving_rollout.module_utils import iommu_facts, unit_recipe
+from serving_rollout.module_utils import controls, iommu_facts, unit_recipe
 
 # ../shared/reference/candidate-plan-example.json, kept in the repo as plans/candidate-plan-example.json
 EXAMPLE = json.loads((REPO / "plans" / "candidate-plan-example.json").read_text())
@@ -54,7 +54,9 @@ def test_the_example_plans_host_gets_the_example_plans_candidates_order_and_unme
     # the example's first prerequisite: the translated DMA-FQ domains are a host change made elsewhere
     assert any("IOMMU domains are translated (DMA-FQ" in what for what in unmet["p2p"]), unmet
     assert any("peer path proven" in what for what in unmet["p2p"]) and any("peer path" in w for w in unmet[car["id"]])
-    assert unmet["cumem"] == []  # the capture is there: cuMem needs no more
+    # the capture is there: cuMem needs no more evidence, but its P2P/CUMEM connections take the same PCIe path
+    cumem_unmet = [p for p in cumem["prerequisites"] if not p["met"]]
+    assert [p["kind"] for p in cumem_unmet] == ["host-change"] and "translated (DMA-FQ" in cumem_unmet[0]["what"]
     assert any("transport stable" in what for what in unmet[sched["id"]])
     assert p2p["why"].startswith("NCCL_P2P_DISABLE=1 in the unit") and "TP 2 PCIe host" in p2p["why"]
     assert "NVML reports P2P OK for every GPU pair (PIX)" in p2p["why"]
@@ -152,3 +154,17 @@ def test_a_decode_prediction_from_the_peer_path_evidence_is_the_p2p_candidates_p
     assert p2p["predicted"]["saved_per_token_ms"] == prediction["saved_per_token_ms"]
     assert p2p["predicted"]["text"].endswith("ms saved per decoded token (the decode model: all-reduce count x the "
                                              "peer-path probe's latencies)")
+
+
+def test_a_one_gpu_host_gets_no_peer_or_collective_control_each_named_why():
+    """NVML counts one GPU (as the one-GPU H100/H200 machines): no peer pair, so no control whose traffic takes the
+    peer path, and no NCCL control, is proposed; each is listed with the reason."""
+    facts = example_host()
+    facts["capture"]["nvml"] = {"available": True, "gpu_count": 1, "pairs": [],
+                                "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "power_w": {"enforced": 700.0}}]}
+    facts["capture"]["iommu"] = {"gpus": [], "translated_gpu_groups": [], "acs_redirecting_bridges": []}
+    plan = proposal.propose(facts)
+    skipped = {s["id"]: s["why"] for s in plan["not_proposed"]}
+    for cid in ("p2p", "cumem", "custom-all-reduce", "nccl-p2p-level", "nccl-algo"):
+        assert skipped[cid] == "one GPU: no peer pair; P2P controls do not apply", (cid, skipped)
+    assert not [c for c in plan["candidates"] if controls.uses_peer_path(c["id"])]
