@@ -104,6 +104,9 @@ SGLANG = {
     "models_path": "/v1/models",
     # --port's default (sglang/srt/server_args.py): a unit without --port serves here.
     "default_port": 30000,
+    # Flags its parser (ServerArgs.add_cli_args) takes with no value (store_true) beyond --enable-*/--disable-*.
+    "bare_flags": ("--trust-remote-code", "--skip-tokenizer-init", "--log-requests", "--show-time-cost",
+                   "--skip-server-warmup", "--allow-auto-truncate", "--is-embedding"),
     # An engine build (module_utils/engine_build.py): its package, the NCCL wheels it may carry, and the parser its
     # launch_server builds (ServerArgs.add_cli_args), asked for the original's arguments without starting a server.
     "build": {"package": "sglang", "nccl_dists": NCCL_DISTS,
@@ -202,6 +205,10 @@ VLLM = {
     "models_path": "/v1/models",
     # --port's default (vllm serve and the OpenAI API server): a unit without --port serves here.
     "default_port": 8000,
+    # Flags its parser (EngineArgs.add_cli_args: store_true and BooleanOptionalAction) takes with no value beyond
+    # --enable-*/--disable-*/--no-*.
+    "bare_flags": ("--trust-remote-code", "--enforce-eager", "--skip-tokenizer-init", "--disable-log-requests",
+                   "--disable-log-stats", "--async-scheduling", "--headless"),
     # The parser `python -m vllm.entrypoints.openai.api_server` and `vllm serve` build (make_arg_parser on vLLM's
     # FlexibleArgumentParser, then validate_parsed_serve_args); 0.32 moved it from entrypoints.openai to
     # entrypoints.launchers, the lab's two releases read it from each place.
@@ -338,6 +345,19 @@ UNKNOWN = {
 
 ADAPTERS = {"sglang": SGLANG, "vllm": VLLM}
 ALL = dict(ADAPTERS, unknown=UNKNOWN)
+
+
+# Both engines' parsers take --enable-X, --disable-X (store_true) and vLLM's --no-X (BooleanOptionalAction) with
+# no value: a word after one is the next argument, never its value.
+_BOOLEAN_FLAG_RE = re.compile(r"^--(?:enable|disable|no)-[\w-]+$")
+
+
+def is_bare_flag(flag, engine=None):
+    """Whether the engine's own parser takes `flag` with no value (any known engine's, when engine is None)."""
+    if _BOOLEAN_FLAG_RE.match(flag or ""):
+        return True
+    engines = [ADAPTERS[engine]] if engine in ADAPTERS else ADAPTERS.values()
+    return any(flag in a.get("bare_flags", ()) for a in engines)
 
 
 def adapter(engine):

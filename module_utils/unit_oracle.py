@@ -304,11 +304,23 @@ _ENGINE_KEY_WORDS_RE = re.compile(r"(?i)^(?:exec|envi|workingdir|user|group|root
                                   r"dynamicuser|nice|cpuaffinity|numa)")
 
 
+# A load warning's own words that name what the engine runs with (its command, environment, user, directories,
+# limits, credentials); a warning naming none (a bad Restart= value, a line without '=') changes nothing it runs.
+_ENGINE_WARNING_RE = re.compile(r"(?i)\b(?:exec\w*|environment\w*|working ?directory|user(?:name)?|group|"
+                                r"executable|command(?: line)?|argument|root ?directory|umask|limit\w*|"
+                                r"credential\w*|capabilit\w*)\b")
+
+
 def load_warning_blocks(line):
-    """Whether one of systemd's load warnings touches what the engine runs (a finding that blocks a candidate);
-    an unknown key that names none of those is shown as a warning only."""
+    """Whether one of systemd's load warnings touches what the engine runs (a finding that blocks a candidate):
+    an unknown key whose name is one of those words, or a warning whose message names one. Any other warning
+    (systemd 252: "Failed to parse service restart specifier, ignoring: unless-stopped"; "Missing '=', ignoring
+    line.") is shown and never blocks: systemd runs the unit without it, original and candidate alike."""
     unknown = _UNKNOWN_KEY_RE.search(line)
-    return not unknown or bool(_ENGINE_KEY_WORDS_RE.search(unknown.group(1)))
+    if unknown:
+        return bool(_ENGINE_KEY_WORDS_RE.search(unknown.group(1)))
+    message = re.sub(r"^\S+:\d+:\s*", "", line.strip())  # the message after "path:line:"
+    return bool(_ENGINE_WARNING_RE.search(message))
 
 
 def adoption_findings(file_reading, systemd, shown=lambda argv: argv):

@@ -12,6 +12,7 @@ import re
 import shlex
 
 from .controls import public_flags
+from .engine_adapters import is_bare_flag
 from .nccl_config import PYTHON_RE
 from .unit_launchers import classify, model_first, program_index
 
@@ -81,8 +82,11 @@ class RecipeError(ValueError):
 
 # ---- unit files ---------------------------------------------------------------------------
 
-def parse_unit_text(text):
-    """[[section, [[key, value], ...]], ...] keeping order; joins backslash continuations."""
+def parse_unit_text(text, ignored=None):
+    """[[section, [[key, value], ...]], ...] keeping order; joins backslash continuations. A line systemd ignores
+    (no '=': "Missing '=', ignoring line."; an assignment before any section) is ignored here too, as systemd runs
+    the unit without it, and appended to `ignored` as (line number, the line redacted, why) when a list is given;
+    systemd's own load warning for it is shown with the adoption's findings."""
     sections, current = [], None
     pending = ""
     for number, raw in enumerate((text or "").splitlines(), 1):
@@ -98,8 +102,10 @@ def parse_unit_text(text):
             sections.append(current)
             continue
         if "=" not in line or current is None:
-            shown_line = " ".join(redact_argv(raw.split()))  # the words, values off the allow-list hidden
-            raise RecipeError(f"not a unit file line (line {number}): {shown_line!r}")
+            if ignored is not None:
+                ignored.append((number, redact_unit_line(raw.strip()),
+                                "missing '='" if "=" not in line else "an assignment outside of any section"))
+            continue
         key, _, value = line.partition("=")
         current[1].append([key.strip(), value.strip()])
     return sections
@@ -294,8 +300,8 @@ def engine_args(command):
             if sep:
                 args[flag] = val
                 i += 1
-            elif i + 1 < len(command) and not command[i + 1].startswith("--"):
-                args[flag] = command[i + 1]
+            elif i + 1 < len(command) and not command[i + 1].startswith("--") and not is_bare_flag(flag):
+                args[flag] = command[i + 1]  # a bare flag's parser takes no value: a word after it is its own
                 i += 2
             else:
                 args[flag] = True
@@ -703,7 +709,8 @@ def _set_engine_arg(command, flag, value):
     while i < len(command):
         word = command[i]
         if word.partition("=")[0] == flag:
-            takes_value = "=" not in word and i + 1 < len(command) and not command[i + 1].startswith("--")
+            takes_value = "=" not in word and i + 1 < len(command) and not command[i + 1].startswith("--") \
+                and not is_bare_flag(flag)
             i += 2 if takes_value else 1
             if not placed:
                 out += _flag_words(flag, value, "=" in word)

@@ -127,14 +127,23 @@ def test_the_candidates_container_name_in_every_exec_line_is_its_identity():
 
 
 def test_an_unknown_key_systemd_ignores_blocks_only_when_it_names_what_the_engine_runs():
-    """systemd 252's own words (systemd-analyze verify on the lab host): an unrelated key is a warning shown;
-    a misspelt Environment= (the engine's environment lost) and any other ignored line still block."""
+    """systemd 252's own words (systemd-analyze verify on the lab host): an unrelated key, a bad value systemd
+    ignores (an official image's Restart=unless-stopped) and a line without '=' are warnings shown; a misspelt
+    Environment= (the engine's environment lost) or a warning naming the engine's command, environment or limits
+    blocks. (A line without '=' that was meant as part of ExecStart still refuses: the argv systemd loaded differs
+    from the file's, a finding of its own.)"""
     from serving_rollout.module_utils.unit_oracle import load_warning_blocks
 
     assert not load_warning_blocks("/tmp/uk-test.service:4: Unknown key 'StartLimitIntervalSec' in section "
                                    "[Service], ignoring.")
     assert load_warning_blocks("/tmp/uk-test.service:5: Unknown key 'Enviroment' in section [Service], ignoring.")
-    assert load_warning_blocks("/etc/systemd/system/shape-trail.service:4: Missing '=', ignoring line.")
+    assert not load_warning_blocks("/etc/systemd/system/shape-trail.service:4: Missing '=', ignoring line.")
+    assert not load_warning_blocks("/etc/systemd/system/vllm.service:11: Failed to parse service restart specifier, "
+                                   "ignoring: unless-stopped")
+    assert load_warning_blocks("/etc/systemd/system/vllm.service:7: EnvironmentFile= path is not absolute, "
+                               "ignoring: vllm.env")
+    assert load_warning_blocks("/etc/systemd/system/vllm.service:9: Failed to parse resource value, ignoring: "
+                               "LimitNOFILE=many")
 
 
 def test_only_what_decides_the_engine_refuses_a_candidate_the_rest_is_a_warning():

@@ -136,12 +136,19 @@ def test_bad_changes_name_the_bad_value(change, message):
         ur.apply_change(sections, recipe, change)
 
 
+def test_lines_systemd_ignores_are_ignored_and_named_redacted():
+    """systemd runs a unit without a line lacking '=' ("Missing '=', ignoring line.") or an assignment before any
+    section: so does the reading, naming each line (redacted) instead of refusing the whole unit."""
+    ignored = []
+    sections = ur.parse_unit_text("vi /etc/systemd/system/vllm.service\nType=simple\n[Service]\ngarbage\n"
+                                  "ExecStart=/bin/serve\n  --api-key sk-live-123\n", ignored)
+    assert sections == [["Service", [["ExecStart", "/bin/serve"]]]]
+    assert ignored == [(1, "<redacted>", "missing '='"), (2, "Type=simple", "an assignment outside of any section"),
+                       (4, "<redacted>", "missing '='"), (6, "<redacted>", "missing '='")]
+    assert "sk-live-123" not in str(ignored)
+
+
 def test_bad_unit_text_is_named():
-    with pytest.raises(ur.RecipeError, match=r"not a unit file line \(line 2\): 'garbage'"):
-        ur.parse_unit_text("[Service]\ngarbage\n")
-    # A stray continuation line with a secret: named, the value never shown.
-    with pytest.raises(ur.RecipeError, match=r"\(line 3\): '--api-key <redacted>'"):
-        ur.parse_unit_text("[Service]\nExecStart=/bin/serve\n  --api-key sk-live-123\n")
     with pytest.raises(ur.RecipeError, match="exactly one ExecStart, found 0"):
         ur.parse_recipe(ur.parse_unit_text("[Service]\nType=simple\n"))
 
@@ -250,3 +257,18 @@ def test_an_inline_credential_is_named_by_its_id_never_its_value():
     sections = ur.parse_unit_text("[Service]\nSetCredential=hf-token:hf_abc\nSetCredentialEncrypted=db: k7Q==\n"
                                   "LoadCredential=api:/etc/creds/api\nExecStart=/bin/serve\n")
     assert ur.inline_credentials(sections) == ["SetCredential=hf-token", "SetCredentialEncrypted=db"]
+
+
+def test_a_word_glued_after_a_bare_flag_is_not_its_value_and_removing_the_flag_keeps_it():
+    """A real shape: `--disable-custom-all-reduce Restart=always` on one ExecStart line (a directive pasted onto
+    the command). The engine's parser takes the flag with no value (the adapter's is_bare_flag), so the word is the
+    engine's next argument, and the custom-all-reduce candidate removes the flag alone."""
+    unit = ("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 2 "
+            "--disable-custom-all-reduce Restart=always --port 30000\n")
+    sections = ur.parse_unit_text(unit)
+    recipe = ur.parse_recipe(sections, {})
+    assert recipe["engine_args"]["--disable-custom-all-reduce"] is True
+    change = {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None}
+    candidate_sections = ur.apply_change(sections, recipe, change)
+    start = ur.values(candidate_sections, "Service", "ExecStart")[0]
+    assert "--disable-custom-all-reduce" not in start and "Restart=always --port 30000" in start
