@@ -208,7 +208,9 @@ SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "Su
 def systemctl_show(module, unit):
     rc, out, err = host_run(module, ["systemctl", "show", "-p", ",".join(SHOW_PROPS), "--", unit])
     if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+        template = (f"; {unit} is a template: its %i (the instance name) is empty; adopt an instance "
+                    f"({unit.replace('@.', '@NAME.', 1)})") if "@." in unit else ""
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}{template}")
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if not state.get("FragmentPath"):
         module.fail_json(msg=f"serving unit {unit!r} not found on this host (no FragmentPath)", unit=state)

@@ -9,6 +9,8 @@ ReadingError naming what failed; nothing here re-implements systemd's rules.
 """
 
 import json
+import os
+import re
 
 from .env_files import redact_line
 
@@ -40,19 +42,40 @@ def systemd_quote(value):
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
 
 
+def empty_parts(environment_files):
+    """EnvironmentFile paths with an empty part (a '//' or a trailing '/'): a specifier such as %i expanded to
+    nothing - a template's instance name, empty in the raw template or an instance named 'unit@.service'."""
+    return [path for path, _ in environment_files if re.search(r"//|/$|/\.(?:env|conf)?$", path)]
+
+
+def probe_failure(run, name, rc, err, environment_files):
+    """Why the probe failed, in systemd's own words: its stderr, else the transient unit's journal (systemd writes
+    "Failed to load environment files: No such file or directory" there, not to systemd-run's stderr), redacted;
+    an EnvironmentFile path a specifier left empty named first."""
+    said = err.strip()
+    if not said:
+        _, out, _ = run(["journalctl", "-u", name, "-o", "cat", "--no-pager", "-n", "20"])
+        said = " | ".join(line.strip() for line in out.splitlines() if line.strip())
+    said = redact_line(said[-400:], ()) if said else "nothing on stderr or in its journal"
+    empty = empty_parts(environment_files)
+    where = (f"EnvironmentFile {', '.join(empty)} has an empty part: a specifier (%i, the instance name) expanded to "
+             "nothing - run the template as an instance (NAME@INSTANCE.service); ") if empty else ""
+    return f"the environment probe (systemd-run) failed with exit code {rc}: {where}systemd says: {said}"
+
+
 def probe(run, python, environment, environment_files, argv):
     """(environment, expanded argv) systemd gives a service with these Environment= and
     EnvironmentFile= settings running `python -c PROBE argv...` (argv[1:] of an ExecStart)."""
-    command = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "-p", "Type=exec"]
+    name = f"serving-rollout-probe-{os.urandom(4).hex()}.service"  # named, so its journal can be read
+    command = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "-p", "Type=exec", f"--unit={name}"]
     for assignment in environment:
         command += ["-p", f"Environment={systemd_quote(assignment)}"]
     for path, ignore in environment_files:
         command += ["-p", f"EnvironmentFile={'-' if ignore else ''}{path}"]
     command += [python, "-c", PROBE, *argv]
     rc, out, err = run(command)
-    if rc != 0:  # with --wait, systemd-run's exit code is the probe service's: say it, and what it said
-        said = redact_line(err.strip()[-400:], ()) if err.strip() else "nothing on stderr"
-        raise ReadingError(f"the environment probe (systemd-run) failed with exit code {rc}: {said}")
+    if rc != 0:  # with --wait, systemd-run's exit code is the probe service's: say it, and what systemd said
+        raise ReadingError(probe_failure(run, name, rc, err, environment_files))
     seen = json.loads(out.strip().splitlines()[-1])
     return {k: v for k, v in seen["env"].items() if k not in PER_RUN}, seen["argv"]
 

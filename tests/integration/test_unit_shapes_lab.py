@@ -267,3 +267,45 @@ def test_an_engine_image_upgrade_is_one_control_proven_by_the_engines_version_an
         assert inspect == ["sglang-ctr", f"{CTR_IMAGE.split(':')[0]}@{podman_unit}"]
     finally:
         lab("podman", "rmi", "-f", "localhost/engine-double:upgrade", check=False)
+
+
+def test_a_raw_template_is_refused_with_systemds_own_words_and_the_empty_specifier_named():
+    """The template itself (sglang@.service, %i empty) as the serving unit: systemd 252 will not even show it. The
+    refusal carries systemd's words and says what they mean (the instance name is empty), before any change. (A
+    probe that fails on a path an empty specifier left is read from its journal: tests/unit/test_systemd_shapes.)"""
+    lab("sh", "-c", "cat > /etc/systemd/system/sglang@.service && systemctl daemon-reload", stdin=TEMPLATE)
+    try:
+        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "sglang@.service"},
+                              inventory="inventory/lab", local=False)
+        text = re.sub(r"\s+", " ", result.stdout)
+        assert result.returncode != 0
+        # systemd's own words, and what they mean for a template
+        assert "Unit name sglang@.service is neither a valid invocation ID nor unit name" in text, text[-3000:]
+        assert "sglang@.service is a template: its %i (the instance name) is empty; adopt an instance " \
+               "(sglang@NAME.service)" in text, text[-3000:]
+        assert lab("test", "-e", "/etc/systemd/system/sglang@-candidate.service", check=False).returncode == 1
+    finally:
+        lab("sh", "-c", "rm -rf /etc/systemd/system/sglang@.service /var/lib/serving-rollout/sglang@.service; "
+                        "systemctl daemon-reload", check=False)
+
+
+def test_a_load_warning_unrelated_to_the_engine_is_shown_and_never_blocks():
+    """An official-image unit's Restart=unless-stopped (a Docker word systemd 252 ignores with a warning) and a
+    stray first line systemd ignores: the candidate is rendered, proven one control away, and the warning said."""
+    text = ("vi /etc/systemd/system/shape-warn.service\n[Unit]\nDescription=warning shape\n[Service]\n"
+            "Restart=unless-stopped\nEnvironment=NCCL_P2P_DISABLE=1\n"
+            "ExecStart=/usr/bin/python3 /opt/engine-double/engine_double.py --model-path Qwen/Qwen3-8B "
+            f"--tp-size 2 --host 127.0.0.1 --port {PORT}\n")
+    lab("sh", "-c", "cat > /etc/systemd/system/shape-warn.service && systemctl daemon-reload", stdin=text)
+    try:
+        result = run_playbook("candidate-render.yml", {"serving_recipe_unit": "shape-warn.service",
+                                                       "serving_recipe_require_serving": False},
+                              inventory="inventory/lab", local=False)
+        out = re.sub(r"\s+", " ", result.stdout + result.stderr)  # Ansible's warnings go to stderr
+        assert result.returncode == 0, out[-3000:]
+        assert "Failed to parse service restart specifier, ignoring: unless-stopped" in out, out[-3000:]
+        candidate = lab("cat", "/etc/systemd/system/shape-warn-candidate.service").stdout
+        assert "NCCL_P2P_DISABLE=0" in candidate
+    finally:
+        lab("sh", "-c", "rm -rf /etc/systemd/system/shape-warn.service /etc/systemd/system/shape-warn-candidate.service "
+                        "/var/lib/serving-rollout/shape-warn.service; systemctl daemon-reload", check=False)

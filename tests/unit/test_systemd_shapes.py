@@ -127,13 +127,37 @@ def test_a_failed_environment_probe_names_its_exit_code_and_what_it_said_secrets
     def failing(stderr):
         return lambda argv: (1, "", stderr)
 
-    with pytest.raises(ReadingError, match=r"failed with exit code 1: nothing on stderr$"):
+    with pytest.raises(ReadingError, match=r"failed with exit code 1: systemd says: nothing on stderr or in its "
+                                           r"journal$"):
         probe(failing(""), "/usr/bin/python3", [], [], [])
     with pytest.raises(ReadingError) as raised:
         probe(failing("Failed to load environment files: HF_TOKEN=hf_abc123 rejected\n"), "/usr/bin/python3",
               [], [["/etc/x.env", False]], [])
-    assert "exit code 1: Failed to load environment files" in str(raised.value)
+    assert "exit code 1: systemd says: Failed to load environment files" in str(raised.value)
     assert "hf_abc123" not in str(raised.value), raised.value
+
+
+def test_a_probe_that_fails_silently_is_explained_by_its_journal_and_an_empty_specifier_named():
+    """systemd 252 writes why a transient unit did not start to its journal, not to systemd-run's stderr: the
+    refusal reads it (the unit named by the probe), and a path a template's %i left empty is named first."""
+    from serving_rollout.module_utils.systemd_reading import ReadingError, probe
+
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if argv[0] == "journalctl":
+            return 0, "vllm-probe.service: Failed to load environment files: No such file or directory\n" \
+                      "vllm-probe.service: Failed to run 'start' task: No such file or directory\n", ""
+        return 1, "", ""
+
+    with pytest.raises(ReadingError) as raised:
+        probe(run, "/usr/bin/python3", [], [["/etc/vllm/.env", False]], [])
+    text = str(raised.value)
+    assert "EnvironmentFile /etc/vllm/.env has an empty part: a specifier (%i, the instance name) expanded" in text
+    assert "systemd says: vllm-probe.service: Failed to load environment files: No such file or directory" in text
+    unit = next(a for a in calls[0] if a.startswith("--unit="))[len("--unit="):]
+    assert calls[1][:3] == ["journalctl", "-u", unit]
 
 
 def test_a_p2p_candidate_over_an_export_line_systemd_ignores_is_a_no_op_refused_with_the_truth():
