@@ -307,5 +307,6 @@ def test_a_load_warning_unrelated_to_the_engine_is_shown_and_never_blocks():
         candidate = lab("cat", "/etc/systemd/system/shape-warn-candidate.service").stdout
         assert "NCCL_P2P_DISABLE=0" in candidate
     finally:
-        lab("sh", "-c", "rm -rf /etc/systemd/system/shape-warn.service /etc/systemd/system/shape-warn-candidate.service "
-                        "/var/lib/serving-rollout/shape-warn.service; systemctl daemon-reload", check=False)
+        lab("sh", "-c", "rm -rf /etc/systemd/system/shape-warn.service "
+                        "/etc/systemd/system/shape-warn-candidate.service /var/lib/serving-rollout/shape-warn.service; "
+                        "systemctl daemon-reload", check=False)
