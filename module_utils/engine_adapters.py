@@ -27,6 +27,9 @@ _CAUSES = (
     # word for it ("CUDA error: out of memory", a graph capture's OOM): crash_phase says where it struck
     ("cuda-oom", r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "fatal"),
     ("kv-cache-no-memory", r"No available memory for the cache blocks", "fatal"),
+    # vLLM V1's start-up memory check (vllm/v1/worker/utils.py request_memory): the engine never starts
+    ("gpu-memory-short-at-startup", r"Free memory on device \S*\s*\([\d.]+/[\d.]+ GiB\) on startup is less than "
+                                    r"desired GPU memory utilization", "fatal"),
     # V0: "... larger than the maximum number of tokens that can be stored in KV cache (N)";
     # V1: "... KV cache is needed, which is larger than the available KV cache memory (X GiB)"
     ("kv-cache-too-small", r"larger than the maximum number of tokens that can be stored in KV cache|"
@@ -68,7 +71,7 @@ _NCCL_VERSION_RES = (
 
 # The cause line of a crash: a Python exception with its message, minus the engine's log prefix; or its
 # bare name alone on its line (raised without a message: "TimeoutError").
-_EXCEPTION_RE = re.compile(r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (.+)$")
+_EXCEPTION_RE = re.compile(r"((?:[A-Za-z_][\w]*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Interrupt)|Exception)): (.+)$")
 _BARE_EXCEPTION_RE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))$")
 # Python's words between the exceptions of a chain: the one printed before them is the inner one.
 _CHAIN_RE = re.compile(r"The above exception was the direct cause of the following exception|"
@@ -82,10 +85,12 @@ _RAISE_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in \S+')
 # with CUDART error: ... To silence this warning" on a PCIe pair that then serves).
 _ENGINE_WARNING_RE = re.compile(r"\bWARNING(?: \d\d-\d\d |:| - )|To silence this warning|\b[A-Z]\w*Warning: |"
                                 r"\[W(?:\d{4} | [\w.]+:\d+\])")
-# vLLM's and Ray's per-process prefixes, and a log-level/time/source prefix before the message.
+# A CI runner's "[2026-01-28T23:59:42Z] ", vLLM's and Ray's per-process prefixes, and a log-level/time/source
+# prefix before the message.
 # journald's "Feb 04 08:47:05 host unit[pid]: ", compose's "name  | ", Ray's "(Worker pid=N, ip=...)",
 # torch's "[rank0]:", vLLM's "ERROR 03-11 11:58:53 [core.py:1100] " (old: "... core.py:45] ").
-_PREFIX_RE = re.compile(r"^(?:\S+ \d+ \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )?(?:[\w.-]*\s*\|\s+)?"
+_PREFIX_RE = re.compile(r"^(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\]\s*)?"  # a CI runner's timestamp (buildkite)
+                        r"(?:\S+ \d+ \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )?(?:[\w.-]*\s*\|\s+)?"
                         r"(?:\((?:[\w.:=-]+ )*pid=[\d.]+(?:, ip=[\d.]+)?\)\s*)*"
                         r"(?:\[rank\d+\]:\s*)?"
                         r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? )?"
@@ -543,9 +548,8 @@ def _judge_line(read, found, known, hit, line, index, survived):
         found.setdefault(name, (rank, pattern, index))
     elif key in known:
         read["noise"].append(line)
-    else:
+    else:  # a line the reader classes as a warning is a warning, never an error (shown, judged by whoever reads it)
         read["warnings"].append(line)
-        read["errors"].append(line)
 
 
 def _crash(engine, lines, found):
@@ -566,7 +570,8 @@ def read_log(engine, text, known=(), stop_requested=False):
     invocation, so the engine's own clean-stop errors are noise from the first line. Returns
     {engine, ready_logged, phase, crashed, crash, crash_phase, cause, cause_frame, errors, warnings, noise,
     stuck, signatures, stopping, nccl_versions, custom_all_reduce, kv_cache_tokens, max_concurrency,
-    accept_length}: errors are the lines of fatal signatures and of warnings new against the baseline;
+    accept_length}: errors are the lines of fatal signatures (a line the reader classes as a warning is listed in
+    warnings when new against the baseline, in noise when the baseline had it, never among the errors);
     crashed is whether a fatal signature appeared (outside an orderly stop, not in a line the engine calls
     a warning, not before the engine's last ready line); crash names the most specific one, crash_phase
     the start-up phase it struck in."""

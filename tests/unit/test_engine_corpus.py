@@ -167,3 +167,15 @@ def test_the_originals_start_time_is_first_line_to_its_first_ready_line():
     assert engine_adapters.ready_after_s("vllm", stamped) == 5 * ready_index
     assert engine_adapters.ready_after_s("vllm", stamped[:ready_index]) is None
     assert engine_adapters.ready_after_s("sglang", []) is None
+
+
+def test_a_cause_line_keeps_no_prefix_and_a_plain_exception_line_is_the_exception():
+    """The cause is the message, without a CI runner's timestamp or vLLM's prefixes; a bare `Exception: ...` line
+    (vllm-project/vllm#18455's title, V1's worker start-up failure) is the exception, not the Traceback header."""
+    memory = BY_ID["vllm-v1-startup-memory-check-ci-prefix"]
+    assert engine_adapters.read_log("vllm", memory["excerpt"])["cause"].startswith("ValueError: Free memory")
+    text = ("ERROR 05-21 08:11:09 [core.py:400] Traceback (most recent call last):\n"
+            "ERROR 05-21 08:11:09 [core.py:400] Exception: WorkerProc initialization failed due to an exception in a "
+            "background process. See stack trace for root cause.\n")
+    read = engine_adapters.read_log("vllm", text)
+    assert read["crashed"] and read["cause"].startswith("Exception: WorkerProc initialization failed"), read["cause"]
