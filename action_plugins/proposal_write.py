@@ -24,6 +24,7 @@ ARGUMENT_SPEC = {
     "recipe": {"type": "dict", "required": True},
     "scan": {"type": "dict", "default": {}},
     "capture": {"type": "dict", "default": {}},
+    "unit_state": {"type": "dict", "default": {}},
 }
 
 
@@ -49,6 +50,7 @@ class ActionModule(SpecAction):
         capture = latest(host_dir, "capture-*/p2p-support-observation.json")
         captured = str(capture.relative_to(host_dir.parent)) if capture else None
         facts = {"recipe": p["recipe"], "scan": p["scan"], "peer_path": peer_path(host_dir),
+                 "unit_state": p["unit_state"],
                  "prediction": evidence.latest_prediction(host_dir), "capture": {**p["capture"], "evidence": captured}}
         found = proposal.pins(p["recipe"], p["scan"], facts["capture"])
         plan = proposal.propose(facts)

@@ -23,6 +23,7 @@ options:
   recipe: {description: "The unit's recipe as serving_recipe adopted it (systemd's reading, values redacted).", type: dict, required: true}
   scan: {description: "journal_scan's scan of the engine's start-up log (collectives, NCCL versions, accept length).", type: dict, default: {}}
   capture: {description: "The host facts of the capture (host_facts - iommu, nvml, nccl).", type: dict, default: {}}
+  unit_state: {description: "systemd's state of the serving unit (ActiveState, SubState): an original that does not serve gets nothing proposed.", type: dict, default: {}}
 author: serving-rollout
 """
 
@@ -36,6 +37,7 @@ EXAMPLES = r"""
     recipe: "{{ propose_original.recipe }}"
     scan: "{{ propose_log.scan }}"
     capture: "{{ host_facts_result }}"
+    unit_state: "{{ propose_original.unit }}"
 """
 
 RETURN = r"""

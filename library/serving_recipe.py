@@ -162,6 +162,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_adapters import engine_env_sources
 from ansible.module_utils.engine_build import (
     BuildError,
     delta,
@@ -375,7 +376,9 @@ def refuse_candidate(module, params, recipe, sections, nccl, env_texts, result):
         module.fail_json(msg=f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
                              "an EnvironmentFile so a candidate can reference them without copying", **result)
     change = params["change"]
-    problem = change_problem(nccl["sources"], change.get("name"), change.get("value")) \
+    # the value NCCL will really see: what the engine sets itself when the unit leaves a variable unset counts too
+    problem = change_problem(nccl["sources"] + engine_env_sources(recipe["engine"]), change.get("name"),
+                             change.get("value")) \
         if change.get("kind") == "env" else None
     if problem:  # a line systemd ignores is why the variable reads as it does: said first
         module.fail_json(msg=f"candidate refused: {ignored_note(env_texts, change.get('name'))}{problem}", **result)

@@ -18,6 +18,9 @@ import re
 from .engine_adapters import arg_effect, reported_args
 
 ENGINES = ("sglang", "vllm")
+# SGLang's speculative settings are flags of this prefix (the speculative control sets them as one group).
+SPECULATIVE_PREFIX = "--speculative-"
+SPECULATIVE_KIND = "speculative"  # the setter kind of a group of --speculative-* flags
 # Evidence a control may need before it runs, and where it comes from.
 EVIDENCE = {
     "capture": "a capture of the host's IOMMU/ACS/NVML/NCCL facts (capture.yml)",
@@ -63,16 +66,22 @@ CATALOG = [
      "effect_model": "decode_probe", "numerics": "exact",
      "note": "P2P both directions on every rank pair, no SHM, from NCCL's channel lines"},
     {"id": "cumem", "group": "transport", "path": "peer",
-     "what": "NCCL's cuMem allocator: the NCCL_CUMEM_ENABLE override is removed (NCCL's own choice)",
-     "set": {engine: {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None} for engine in ENGINES},
-     "value": None, "default": {engine: "NCCL's autodetection (on from 2.19 where supported)" for engine in ENGINES},
+     "what": "NCCL's cuMem allocator turned on: NCCL_CUMEM_ENABLE=1 in the unit (both engines set 0 themselves when "
+             "it is unset, so removing the unit's 0 would change nothing NCCL sees)",
+     "set": {engine: {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": "1"} for engine in ENGINES},
+     "value": None, "default": {"sglang": "0, set by SGLang itself (from --enable-symm-mem; always in older releases)",
+                                "vllm": "0, set by vLLM at import unless the host has IMEX channels"},
      "proof": {"kind": "nccl_transport", "transports": ["P2P/CUMEM"]}, "requires": ["capture"], "after": [],
+     # its proof appears only on P2P connections: with P2P off in the original it comes after p2p
+     "needs_effective": {"name": "NCCL_P2P_DISABLE", "not": "1", "after": "p2p"},
      "effect_model": None, "numerics": "exact", "note": "shows only on P2P connections (via P2P/CUMEM)"},
     {"id": "custom-all-reduce", "group": "transport", "path": "peer",
      "what": "the engine's custom all-reduce kernel: --disable-custom-all-reduce is removed",
      "set": {engine: {"kind": "arg", "name": "--disable-custom-all-reduce", "value": None} for engine in ENGINES},
      "value": None, "default": {engine: "on where the engine's own P2P check passes" for engine in ENGINES},
      "proof": {"kind": "custom_all_reduce", "state": "enabled"}, "requires": ["peer_path"], "after": [],
+     # both engines switch it off themselves on more than two GPUs over PCIe (no full NVLink)
+     "engine_off": {"interconnect": "PCIe", "tp_over": 2},
      "effect_model": None, "numerics": "kernels",
      "note": "the engine switches it off itself on more than two PCIe GPUs: then 'no effect'"},
     {"id": "disable-custom-all-reduce", "group": "all-reduce",
@@ -133,6 +142,7 @@ CATALOG = [
              "speculation is compared with that speculation, never called a speculation speed-up"},
     # ---- engine upgrades: operators report they regress more than flags do ----
     {"id": "engine-image", "group": "upgrade",
+     "operator_choice": "an engine upgrade is the operator's choice of build",
      "what": "a new engine image, pinned by digest, in the container unit (every gate runs; versions recorded)",
      "set": {engine: {"kind": "image", "value": "$value"} for engine in ENGINES},
      "value": {"pattern": r"^[\w.\-/:]+@sha256:[0-9a-f]{64}$"},
@@ -140,6 +150,7 @@ CATALOG = [
      "proof": {"kind": "engine_version"}, "requires": [], "after": [], "effect_model": None, "numerics": "kernels",
      "note": "proven when the runtime runs the new digest and the engine reports its version; container units only"},
     {"id": "engine-build", "group": "upgrade",
+     "operator_choice": "an engine upgrade is the operator's choice of build",
      "what": "another installed build of the same engine for a process unit: ExecStart's program (a venv's Python "
              "or the engine's entry point) points at it; the build's versions and its parser's reading of the "
              "original's arguments are asked before any stop (every gate runs; versions recorded)",
@@ -222,7 +233,7 @@ def describe_value(rule):
 
 def _speculative_change(engine, value):
     if engine == "sglang":
-        bad = [flag for flag in value if not str(flag).startswith("--speculative-")]
+        bad = [flag for flag in value if not str(flag).startswith(SPECULATIVE_PREFIX)]
         if bad:
             raise ControlError(f"SGLang's speculative settings are --speculative-* flags, got {bad!r}")
         return {"kind": "speculative", "value": value}
@@ -304,6 +315,11 @@ def proof_for(control_id, change, custom_proof=None):
     if proof["kind"] == "nccl_setting" and change.get("kind") == "env":
         proof["name"] = change["name"]
     return proof
+
+
+def composite():
+    """The catalog's composite entry (one of several controls' settings per candidate), or None."""
+    return next((entry for entry in CATALOG if entry.get("one_of")), None)
 
 
 def uses_peer_path(control_id):

@@ -109,6 +109,9 @@ SGLANG = {
     "models_path": "/v1/models",
     # --port's default (sglang/srt/server_args.py): a unit without --port serves here.
     "default_port": 30000,
+    # What SGLang sets in NCCL's environment itself when the unit leaves it unset (os.environ.setdefault-like, before
+    # NCCL loads): NCCL_CUMEM_ENABLE from --enable-symm-mem (0 without it; always 0 in older releases).
+    "sets_env": {"NCCL_CUMEM_ENABLE": "0"},
     # Flags its parser (ServerArgs.add_cli_args) takes with no value (store_true) beyond --enable-*/--disable-*.
     "bare_flags": ("--trust-remote-code", "--skip-tokenizer-init", "--log-requests", "--show-time-cost",
                    "--skip-server-warmup", "--allow-auto-truncate", "--is-embedding"),
@@ -210,6 +213,10 @@ VLLM = {
     "models_path": "/v1/models",
     # --port's default (vllm serve and the OpenAI API server): a unit without --port serves here.
     "default_port": 8000,
+    # What vLLM sets in NCCL's environment itself when the unit leaves it unset: env_override.py sets
+    # NCCL_CUMEM_ENABLE=0 at import ("NCCL_CUMEM_ENABLE is set to 0, skipping override" when the unit set it),
+    # unless the host has IMEX channels (multi-node NVLink), not modelled here.
+    "sets_env": {"NCCL_CUMEM_ENABLE": "0"},
     # Flags its parser (EngineArgs.add_cli_args: store_true and BooleanOptionalAction) takes with no value beyond
     # --enable-*/--disable-*/--no-*.
     "bare_flags": ("--trust-remote-code", "--enforce-eager", "--skip-tokenizer-init", "--disable-log-requests",
@@ -355,6 +362,14 @@ ALL = dict(ADAPTERS, unknown=UNKNOWN)
 # Both engines' parsers take --enable-X, --disable-X (store_true) and vLLM's --no-X (BooleanOptionalAction) with
 # no value: a word after one is the next argument, never its value.
 _BOOLEAN_FLAG_RE = re.compile(r"^--(?:enable|disable|no)-[\w-]+$")
+
+
+def engine_env_sources(engine):
+    """What the engine sets in NCCL's environment when nothing above set it, as an NCCL configuration source
+    (module_utils/nccl_config.py's python-default: only where no other source set the variable)."""
+    values = (ADAPTERS.get(engine) or {}).get("sets_env") or {}
+    return [{"source": "python-default", "path": f"the engine ({engine} sets it when unset)", "values": dict(values)}] \
+        if values else []
 
 
 def is_bare_flag(flag, engine=None):

@@ -60,7 +60,7 @@ def plan_problems(plan):
         earlier = {controls.group(e["id"]) for e in plan["ordered_candidates"][:n]
                    if e["id"] == controls.CUSTOM or e["id"] in controls.BY_ID}
         for needed in controls.after(cid):
-            if needed not in earlier:
+            if needed not in earlier and not _met_on_the_host(entry):
                 problems.append(f"{where}: {cid} needs a {needed} candidate decided before it, and the plan has "
                                 "none earlier")
     return problems
@@ -99,13 +99,24 @@ def host_change_refusals(plan, captures, say=print):
     return refusals
 
 
+def _met_on_the_host(entry):
+    """The evidence of a met 'transport stable' prerequisite the proposal read on the host (the engine's own NCCL
+    lines), or None: such an entry needs no transport candidate before it."""
+    return next((p.get("evidence") for p in entry.get("prerequisites") or [] if isinstance(p, dict)
+                 and p.get("need") == "transport_stable" and p.get("met")), None)
+
+
 def worst(outcomes):
     return max(outcomes, key=lambda o: RANK.index(o) if o in RANK else len(RANK)) if outcomes else "not-started"
 
 
-def plan_evidence(state, cid):
+def plan_evidence(state, cid, entry=None):
     """Evidence the plan itself provides: `transport_stable`, met by an earlier transport
-    candidate (the catalog's group) decided acceptable in this plan for the same originals."""
+    candidate (the catalog's group) decided acceptable in this plan for the same originals, or by the host's own
+    NCCL lines as the proposal read them (the entry's met prerequisite)."""
+    host = _met_on_the_host(entry or {})
+    if host:
+        return {"transport_stable": host}
     for other, entry in state["candidates"].items():
         if other != cid and controls.group(other) == "transport" and entry.get("status") == "decided" \
                 and entry.get("outcome") == "acceptable":
@@ -246,7 +257,7 @@ def candidate_extravars(entry, plan_path, state):
     """What one candidate's run is told: its id, the plan, the evidence of its dependencies, its control."""
     cid = entry["id"]
     extravars = {"serving_recipe_candidate_id": cid, "serving_recipe_plan_file": str(Path(plan_path).resolve()),
-                 "serving_recipe_plan_evidence": plan_evidence(state, cid)}
+                 "serving_recipe_plan_evidence": plan_evidence(state, cid, entry)}
     if isinstance(entry.get("control"), dict):
         extravars["serving_recipe_custom_change"] = entry["control"]
     if "value" in entry:

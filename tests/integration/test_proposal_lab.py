@@ -35,9 +35,11 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
     plan = json.loads((folder / "plan.json").read_text())
     assert [c["id"] for c in plan["ordered_candidates"]] == ["p2p", "cumem", "custom-all-reduce"]
     p2p = plan["ordered_candidates"][0]
-    assert "NCCL_P2P_DISABLE=1 in the unit" in p2p["change"]
-    assert any(p.startswith("the host's capture") and ": met (lab-gpu-1/capture-" in p for p in p2p["prerequisites"])
-    assert any("peer path proven" in p and "UNMET - run peer-path.yml" in p for p in p2p["prerequisites"])
+    assert "NCCL_P2P_DISABLE=1 from " in p2p["change"]
+    assert any(p["kind"] == "evidence" and p.get("need") == "capture" and p["met"]
+               and p["evidence"].startswith("lab-gpu-1/capture-") for p in p2p["prerequisites"]), p2p
+    assert any(p.get("need") == "peer_path" and not p["met"] and p["to_do"].startswith("run peer-path.yml")
+               for p in p2p["prerequisites"]), p2p
     pins = yaml.safe_load((folder / "pins.yml").read_text())["serving_expected"]
     assert pins["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and pins["tp_size"] == "2"
     assert "lab-secret" not in (folder / "pins.yml").read_text() + (folder / "report.md").read_text()

@@ -56,17 +56,21 @@ def test_the_example_plans_host_gets_the_example_plans_candidates_order_and_unme
     assert any("peer path proven" in what for what in unmet["p2p"]) and any("peer path" in w for w in unmet[car["id"]])
     # the capture is there: cuMem needs no more evidence, but its P2P/CUMEM connections take the same PCIe path
     cumem_unmet = [p for p in cumem["prerequisites"] if not p["met"]]
-    assert [p["kind"] for p in cumem_unmet] == ["host-change"] and "translated (DMA-FQ" in cumem_unmet[0]["what"]
+    assert [p["kind"] for p in cumem_unmet] == ["host-change", "order"] and "translated (DMA-FQ" in \
+        cumem_unmet[0]["what"]
+    # its P2P/CUMEM proof cannot appear while the original keeps P2P off: after p2p
+    assert cumem_unmet[1]["to_do"] == "after p2p is decided acceptable and promoted"
     assert any("transport stable" in what for what in unmet[sched["id"]])
-    assert p2p["why"].startswith("NCCL_P2P_DISABLE=1 in the unit") and "TP 2 PCIe host" in p2p["why"]
+    assert p2p["why"].startswith("NCCL_P2P_DISABLE=1 from the unit (systemd's reading)") and "TP 2 PCIe host" in \
+        p2p["why"]
     assert "NVML reports P2P OK for every GPU pair (PIX)" in p2p["why"]
-    assert cumem["change"] == {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": None}
-    assert car["why"].startswith("--disable-custom-all-reduce in the unit")
+    assert cumem["change"] == {"kind": "env", "name": "NCCL_CUMEM_ENABLE", "value": "1"}  # explicit: the engine sets 0
+    assert car["why"].startswith("--disable-custom-all-reduce from the unit")
     assert "--speculative-algorithm" in sched["why"]
     assert p2p["predicted"] == {"known": False,
                                 "reason": "no decode prediction: run peer-path.yml with its decode probe"}
     skipped = {s["id"]: s["why"] for s in plan["not_proposed"]}
-    assert skipped["disable-custom-all-reduce"].startswith("the unit is already at its value")
+    assert skipped["disable-custom-all-reduce"].startswith("already at its value (--disable-custom-all-reduce from")
     assert skipped["nccl-algo"] == "it takes a value no fact on this host suggests"
     assert skipped["engine-image"].startswith("an engine upgrade is the operator's choice")
     document = proposal.plan_document("example", plan, "capture-1")
@@ -99,10 +103,13 @@ def test_the_real_h200_nvlink_host_with_its_peer_path_proven():
     plan = proposal.propose(facts)
     assert [c["id"] for c in plan["candidates"]] == ["p2p", "cumem", "custom-all-reduce"]
     for candidate in plan["candidates"]:
-        assert all(p["met"] for p in candidate["prerequisites"]), candidate["prerequisites"]
+        unmet = [p for p in candidate["prerequisites"] if not p["met"]]
+        # NVLink: no IOMMU/ACS change; only cuMem waits for p2p (its proof shows on P2P connections alone)
+        assert unmet == ([] if candidate["id"] != "cumem" else unmet[:1]) and all(
+            p["kind"] == "order" for p in unmet), candidate["prerequisites"]
     assert "TP 2 NVLink host; NVML reports P2P OK for every GPU pair (NV18)" in plan["candidates"][0]["why"]
     skipped = {s["id"]: s["why"] for s in plan["not_proposed"]}
-    assert skipped["scheduler-and-speculation"] == "the unit sets no scheduler or speculative flag"
+    assert skipped["scheduler-and-speculation"] == "the unit sets none of its members' settings"
 
 
 def test_the_8_gpu_pcie_tree_names_its_acs_redirects_and_translated_domains_as_host_changes(tmp_path):
@@ -116,9 +123,10 @@ def test_the_8_gpu_pcie_tree_names_its_acs_redirects_and_translated_domains_as_h
     unmet = [p for p in p2p["prerequisites"] if not p["met"]]
     assert [(p["kind"], p.get("need") or p.get("fact")) for p in unmet] == [
         ("evidence", "capture"), ("evidence", "peer_path"), ("host-change", "iommu_translated"),
-        ("host-change", "acs_redirect")]
+        ("host-change", "acs_redirect"), ("evidence", None)]
+    assert unmet[4]["what"] == "NVML readings (driver P2P status, topology): missing from the capture"
     assert [p["to_do"] for p in unmet[:2]] == ["run capture.yml", "run peer-path.yml (last verdict: fail)"]
-    assert all(p["to_do"].startswith("a human changes the host first") for p in unmet[2:])
+    assert all(p["to_do"].startswith("a human changes the host first") for p in unmet[2:4])
     assert "translated (DMA-FQ, groups" in unmet[2]["what"] and "ACS redirects peer traffic at" in unmet[3]["what"]
 
 
