@@ -71,9 +71,9 @@ class ActionModule(StepsAction):
                             engine=args["engine"], env_files=args.get("env_files") or [],
                             version_report=done["version"] or {}, **args["scan"])["scan"]
         done["scan"] = scan
-        if scan["crashed"] or scan["errors"]:
-            cause = scan["cause"] if scan["crashed"] else "error lines new against the original: " + " | ".join(
-                scan["errors"])
+        new = scan["errors"] + scan.get("warnings", [])  # a warning the original's own start did not print counts
+        if scan["crashed"] or new:
+            cause = scan["cause"] if scan["crashed"] else "error lines new against the original: " + " | ".join(new)
             raise AnsibleActionFail(f"candidate failed at start: {scan.get('phase') or 'unknown phase'}: {cause}")
         proof = scan["proof"]
         if not proof["proven"]:

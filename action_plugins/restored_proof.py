@@ -102,10 +102,11 @@ class ActionModule(ActionBase):
         proof["scan"] = scan
         # Ready is HTTP's (the restore waited for the health route); the log must show no crash and no error
         # signature the original's own healthy start did not have.
-        if scan["crashed"] or scan["errors"]:
+        new = scan["errors"] + scan.get("warnings", [])  # errors, and warnings its own start did not print
+        if scan["crashed"] or new:
             raise AnsibleActionFail(
                 f"restored invocation {scan.get('invocation_id')} (phase {scan.get('phase')}): "
-                f"{('crash: ' + str(scan.get('cause')) + '; ') if scan['crashed'] else ''}errors {scan['errors']}")
+                f"{('crash: ' + str(scan.get('cause')) + '; ') if scan['crashed'] else ''}errors {new}")
         gates = a.get("gates") or []
         records = self.module("engine_gate", base_url=a["base_url"], runs=[{"gate": gate} for gate in gates],
                               model=a["model"], **({"api_key_var": a["api_key_var"]} if a.get("api_key_var") else {}),

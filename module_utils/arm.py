@@ -155,8 +155,9 @@ def endurance_failure(verdict, scan):
         return verdict.get("reason") or "endurance: failed"
     if scan.get("crashed"):
         return f"endurance: {scan.get('cause')}"
-    if scan.get("errors"):
-        return f"endurance: error lines new in the journal under load: {' | '.join(map(str, scan['errors']))}"
+    new = (scan.get("errors") or []) + (scan.get("warnings") or [])  # a warning new under load counts too
+    if new:
+        return f"endurance: error lines new in the journal under load: {' | '.join(map(str, new))}"
     return None
 
 

@@ -7,6 +7,7 @@ original was down answers 200 too. This is the proof that the answer is the unit
 /proc under `proc_root` (a fixture tree in tests); commands are never run here."""
 
 import os
+import re
 
 from .unit_recipe import redact_argv
 
@@ -83,6 +84,24 @@ def in_group(cgroup, control_group):
     return cgroup == group or cgroup.startswith(group + "/")
 
 
+# A container's own scope, as systemd-managed runtimes name it (podman: libpod-<id>.scope, docker: docker-<id>.scope):
+# a container unit's engine listens from there, outside the unit's group, behind its conmon or shim.
+CONTAINER_SCOPE_RE = re.compile(r"/(?:libpod|docker|crio|cri-containerd)-[0-9a-f]{12,}\.scope(?:/|$)")
+
+
+def ancestors(proc_root, pid, limit=64):
+    """The pids above `pid` (its parent, the parent's parent, ...), read from /proc/<pid>/stat."""
+    found = []
+    for _ in range(limit):
+        stat = _read(f"{proc_root}/{pid}/stat") or ""
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) < 2 or not fields[1].isdigit() or int(fields[1]) <= 1:
+            break
+        pid = int(fields[1])
+        found.append(pid)
+    return found
+
+
 def listeners(proc_root, port):
     """[{pid, command, cgroup}] of every process holding a listening socket on `port`."""
     inodes = set()
@@ -99,16 +118,22 @@ def listeners(proc_root, port):
         argv = raw.decode(errors="replace").strip("\0").split("\0") if raw else []
         found.append({"pid": pid, "command": " ".join(redact_argv(argv))[:200] if argv else "?",
                       "program": os.path.basename(argv[0]) if argv else "?",
-                      "cgroup": cgroup_of(_read(f"{proc_root}/{pid}/cgroup"))})
+                      "cgroup": cgroup_of(_read(f"{proc_root}/{pid}/cgroup")),
+                      "ancestors": ancestors(proc_root, pid)})
     return found
 
 
-def judge(port, control_group, unit, found):
-    """{serving, judged, owners, forwarded, foreign, reason}: the unit serves on `port` when a listener is in its
-    control group and no listener is foreign to it. A container runtime's port forwarder (docker-proxy, conmon,
-    ...) is neither: the container behind it is not proven by the port, and the verdict says it was not judged."""
-    owners = [entry for entry in found if in_group(entry["cgroup"], control_group)]
-    forwarded = [entry for entry in found if entry not in owners and entry["program"] in PORT_FORWARDERS]
+def judge(port, control_group, unit, found, main_pid=0):
+    """{serving, judged, owners, forwarded, foreign, reason}: the unit serves on `port` when a listener is its own
+    - in its control group, or its MainPID or a process below it (a host whose systemd cannot nest cgroups, such as
+    a container without cgroup delegation, keeps every process in one group) - and no listener is foreign to it. A
+    container runtime's port forwarder (docker-proxy, conmon, ...) or a container's own scope is neither: the
+    container is proven by its runtime (name and image), not by the port, and the verdict says it was not judged."""
+    main_pid = int(main_pid or 0)
+    owners = [entry for entry in found if in_group(entry["cgroup"], control_group)
+              or (main_pid and (entry["pid"] == main_pid or main_pid in entry.get("ancestors", [])))]
+    forwarded = [entry for entry in found if entry not in owners and (
+        entry["program"] in PORT_FORWARDERS or CONTAINER_SCOPE_RE.search(entry["cgroup"] or ""))]
     foreign = [entry for entry in found if entry not in owners and entry not in forwarded]
     verdict = {"port": int(port), "unit": unit, "control_group": control_group, "owners": owners,
                "forwarded": forwarded, "foreign": foreign, "serving": bool(owners or forwarded) and not foreign,
@@ -122,8 +147,9 @@ def judge(port, control_group, unit, found):
             f"{holders}. The answer on the port is not the original's. Next: stop that process "
             f"(kill {' '.join(str(e['pid']) for e in foreign)}), then run rollback.yml to restart and prove {unit}")
     elif forwarded:
-        verdict["reason"] = (f"port {port} is forwarded by {', '.join(e['program'] for e in forwarded)} "
-                             "(a container runtime): the container behind it is not judged by the port")
+        verdict["reason"] = (f"port {port} is held by {', '.join(e['program'] for e in forwarded)} of a container "
+                             "(its runtime's forwarder or its own scope): the container is proven by its runtime's "
+                             "name and image, not judged by the port")
     elif not found:
         verdict["reason"] = f"nothing listens on port {port}: {unit} does not serve there"
     return verdict
@@ -142,6 +168,8 @@ def port_of(base_url):
 
 def who_serves(run, unit, port, proc_root="/proc"):
     """judge() for `unit` on `port`, systemd's ControlGroup read with `run` (a host_commands runner)."""
-    rc, out, err = run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit])
-    group = out.strip() if rc == 0 else ""
-    return judge(port, group, unit, listeners(proc_root, port))
+    rc, out, _ = run(["systemctl", "show", "-p", "ControlGroup,MainPID", "--", unit])
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    main_pid = props.get("MainPID", "0")
+    return judge(port, props.get("ControlGroup", ""), unit, listeners(proc_root, port),
+                 int(main_pid) if main_pid.isdigit() else 0)

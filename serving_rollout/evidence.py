@@ -553,37 +553,77 @@ def render_card(run):
     return "\n".join(lines)
 
 
-def figure(arms):
-    """The cells figure: per cell, E2E per request of each arm (top) and each arm's output tokens/s
-    over the cell (bottom, the figure a throughput cell is for), y from zero (a reader compares sizes,
-    and a cut axis makes a small difference look large). None without cells."""
+def _median_interval(values, seed=0, rounds=1000):
+    """(median, low, high): the median and its 95 % bootstrap interval (fixed seed: the same figure each time)."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(data, size=(rounds, data.size), replace=True), axis=1)
+    return float(np.median(data)), float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def _arm_panel(ax, arms, name, key, title):
+    """Every request's value per arm as points (a little horizontal jitter), each arm's median with its 95 %
+    interval as a bar beside them; the two baseline brackets stand either side of the candidate, so the drift
+    between them shows. The axis spans the data (not from zero): a few-percent difference stays visible."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    shown = []
+    for x, arm in enumerate(ARMS):
+        cell = next((c for c in arms.get(arm, []) if c["name"] == name), None)
+        values = [r[key] * 1000 for r in (cell or {}).get("requests", []) if r.get("error") is None
+                  and isinstance(r.get(key), int | float)]
+        if not values:
+            continue
+        shown.append(arm)
+        ax.scatter(x + rng.uniform(-0.12, 0.12, len(values)), values, s=10, alpha=0.5,
+                   color="tab:orange" if arm == "candidate" else "tab:blue")
+        median, low, high = _median_interval(values)
+        ax.errorbar(x + 0.28, median, yerr=[[median - low], [high - median]], fmt="D", color="black", capsize=4)
+        ax.annotate(f"{median:.1f}", (x + 0.34, median), fontsize=8, va="center")
+    ax.set_xticks(range(len(ARMS)), ARMS)
+    ax.set_xlim(-0.5, len(ARMS) - 0.3)
+    ax.set_title(title)
+    ax.set_ylabel("ms")
+    return shown
+
+
+def figure(arms, decision=None):
+    """The cells figure: per cell, every request's TTFT (top) and E2E (middle) per arm - the first baseline bracket,
+    the candidate, the second bracket - with each arm's median and its 95 % interval, on axes that span the data so
+    a few-percent difference and the brackets' drift are visible; and each arm's output tokens/s over the cell
+    (bottom, from zero: a throughput compares sizes). The title carries the decision the card states. None without
+    cells."""
     import matplotlib.pyplot as plt
 
     names = [c["name"] for c in arms.get("baseline-1", [])]
     if not names:
         return None
-    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 7), squeeze=False)
+    fig, axes = plt.subplots(3, len(names), figsize=(max(5.5 * len(names), 7), 10.5), squeeze=False)
     for column, name in enumerate(names):
-        data, labels, rates = [], [], []
+        _arm_panel(axes[0][column], arms, name, "ttft_s", f"cell {name}: TTFT per request")
+        _arm_panel(axes[1][column], arms, name, "e2e_s", f"cell {name}: E2E per request")
+        labels, rates = [], []
         for arm in ARMS:
             cell = next((c for c in arms.get(arm, []) if c["name"] == name), None)
             if cell:
                 answered = [r for r in cell["requests"] if r.get("error") is None]
-                data.append([r["e2e_s"] * 1000 for r in answered])
                 labels.append(arm)
                 tokens = sum(r.get("completion_tokens") or 0 for r in answered)
                 rates.append(tokens / cell["elapsed_s"] if cell.get("elapsed_s") else 0.0)
-        top, bottom = axes[0][column], axes[1][column]
-        top.boxplot(data, tick_labels=labels)
-        top.set_title(f"cell {name}: E2E per request")
-        top.set_ylabel("ms")
-        top.set_ylim(0, max((max(d) for d in data if d), default=1.0) * 1.1)  # headroom above the largest
         concurrency = next((c.get("concurrency", 1) for arm in ARMS for c in arms.get(arm, []) if c["name"] == name), 1)
+        bottom = axes[2][column]
         bottom.bar(labels, rates)
         bottom.set_title(f"cell {name}: output tokens/s at C{concurrency}")
         bottom.set_ylabel("tokens/s")
         bottom.set_ylim(0, max(rates, default=0.0) * 1.1 or 1.0)
-    fig.tight_layout()
+    fig.suptitle((f"Decision: {decision}.\n" if decision else "") + "Points: every request; diamond: the arm's "
+                 "median with its 95 % interval", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
 
@@ -596,7 +636,10 @@ def plot(run, dest):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figure(load(run, "cells.json", {}).get("arms", {}))
+    decision = load(run, "decision.json", {})
+    said = (f"{decision['verdict']} (promotion allowed: {decision.get('promotion_allowed')})"
+            if decision.get("verdict") else None)  # the card's decision line, word for word in its verdict
+    fig = figure(load(run, "cells.json", {}).get("arms", {}), said)
     if fig is None:
         return False
     fig.savefig(dest, dpi=80)

@@ -62,28 +62,36 @@ def test_card_telemetry_from_real_h200_readings_and_without_nvml():
     assert evidence.telemetry_text(None) == "not recorded (no readings)"
 
 
-def test_the_cells_figure_starts_its_y_axes_at_zero():
+def test_the_cells_figure_shows_every_request_the_medians_intervals_and_both_brackets():
+    """Issue 64: a 2 % E2E difference stays visible (the axes span the data, not from zero), TTFT is drawn, each arm
+    has its median with a 95 % interval, the two baseline brackets stand either side of the candidate, and the
+    figure states the card's decision. Throughput bars still start at zero (they compare sizes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def cell(name, e2e):
+    def cell(name, e2e, ttft):
         return {"name": name, "elapsed_s": sum(e2e), "concurrency": 1,
-                "requests": [{"e2e_s": v, "error": None, "completion_tokens": 32} for v in e2e]}
+                "requests": [{"e2e_s": v, "ttft_s": t, "error": None, "completion_tokens": 32}
+                             for v, t in zip(e2e, ttft, strict=True)]}
 
-    # Two arms 2 % apart around 1 s: an axis cut at the data would make them look far apart.
-    arms = {"baseline-1": [cell("1k", [1.00, 1.01, 0.99]), cell("4k", [2.0, 2.02, 1.98])],
-            "candidate": [cell("1k", [1.02, 1.03, 1.01]), cell("4k", [2.04, 2.05, 2.03])]}
-    fig = evidence.figure(arms)
+    arms = {"baseline-1": [cell("1k", [1.00, 1.01, 0.99], [0.10, 0.11, 0.10])],
+            "candidate": [cell("1k", [1.02, 1.03, 1.01], [0.12, 0.12, 0.13])],
+            "baseline-2": [cell("1k", [1.04, 1.05, 1.03], [0.10, 0.10, 0.11])]}
+    fig = evidence.figure(arms, "inconclusive (promotion allowed: False)")
     try:
-        assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0, 0, 0]
-        assert [ax.get_title() for ax in fig.axes] == [
-            "cell 1k: E2E per request", "cell 4k: E2E per request",
-            "cell 1k: output tokens/s at C1", "cell 4k: output tokens/s at C1"]
-        # the bars are each arm's tokens over the cell's wall time: 96 tokens in 3 s, 96 in 3.06 s
-        heights = [bar.get_height() for bar in fig.axes[2].patches]
-        assert heights == pytest.approx([32.0, 96 / 3.06])
+        ttft, e2e, rate = fig.axes
+        assert [ax.get_title() for ax in fig.axes] == ["cell 1k: TTFT per request", "cell 1k: E2E per request",
+                                                       "cell 1k: output tokens/s at C1"]
+        low, high = e2e.get_ylim()
+        assert 900 < low < 1000 and 1040 < high < 1100  # spans the data: a 2 % difference is visible
+        assert [t.get_text() for t in e2e.get_xticklabels()] == ["baseline-1", "candidate", "baseline-2"]
+        assert len(e2e.collections) >= 3 and len(e2e.containers) == 3  # every request's points; 3 medians with bars
+        assert fig._suptitle.get_text().startswith("Decision: inconclusive (promotion allowed: False).\n")
+        assert rate.get_ylim()[0] == 0
+        # the bars are each arm's tokens over the cell's wall time: 96 tokens in 3 s, 96 in 3.06 s, 96 in 3.12 s
+        assert [bar.get_height() for bar in rate.patches] == pytest.approx([32.0, 96 / 3.06, 96 / 3.12])
     finally:
         plt.close(fig)
     assert evidence.figure({}) is None

@@ -70,7 +70,7 @@ def test_a_container_runtimes_forwarder_is_not_foreign_but_not_judged(tmp_path):
     verdict = port_owner.judge(30000, "/system.slice/sglang.service", "sglang.service",
                                port_owner.listeners(root, 30000))
     assert verdict["serving"] and not verdict["judged"] and verdict["foreign"] == []
-    assert "forwarded by docker-proxy" in verdict["reason"]
+    assert "held by docker-proxy of a container" in verdict["reason"]
 
 
 def test_nothing_listening_is_said_and_only_listen_rows_count(tmp_path):
@@ -94,8 +94,32 @@ def test_who_serves_reads_the_control_group_from_systemd(tmp_path):
 
     def run(argv, **_):
         calls.append(argv)
-        return 0, "/system.slice/sglang.service\n", ""
+        return 0, "ControlGroup=/system.slice/sglang.service\nMainPID=412\n", ""
 
     verdict = port_owner.who_serves(run, "sglang.service", 30000, proc_root=root)
-    assert verdict["serving"] and calls == [["systemctl", "show", "-p", "ControlGroup", "--value", "--",
+    assert verdict["serving"] and calls == [["systemctl", "show", "-p", "ControlGroup,MainPID", "--",
                                              "sglang.service"]]
+
+
+def test_without_cgroup_nesting_the_units_main_pid_and_its_children_are_its_own(tmp_path):
+    """A systemd container without cgroup delegation (molecule's) keeps every process in the container's group:
+    the unit's MainPID, and a worker below it, still own the port; an unrelated process there does not."""
+    flat = "0::/libpod_parent/libpod-7ffede7bc7d8\n"
+    root = proc(tmp_path, {412: (ENGINE[0], flat, []), 413: (["python3", "worker"], flat, ["41213"]),
+                           977: (["python3", "-m", "http.server"], flat, ["52000"])})
+    (tmp_path / "proc" / "413" / "stat").write_text("413 (python3) S 412 413 413 0 -1")
+    (tmp_path / "proc" / "412" / "stat").write_text("412 (python3) S 1 412 412 0 -1")
+    verdict = port_owner.judge(30000, "/system.slice/sglang.service", "sglang.service",
+                               port_owner.listeners(root, 30000), main_pid=412)
+    assert verdict["serving"] and [o["pid"] for o in verdict["owners"]] == [413]
+    other = port_owner.judge(8080, "/system.slice/sglang.service", "sglang.service",
+                             port_owner.listeners(root, 8080), main_pid=412)
+    assert [f["pid"] for f in other["foreign"]] == [977]
+
+
+def test_a_container_units_engine_in_its_own_scope_is_not_judged_by_the_port(tmp_path):
+    scope = "0::/system.slice/machine.slice/libpod-30c5f4f7ad04705e88a4cac0ec5d25ed.scope/container\n"
+    root = proc(tmp_path, {20214: (["python3", "/opt/engine-double/engine_double.py"], scope, ["41213"])})
+    verdict = port_owner.judge(30000, "/system.slice/sglang-ctr.service", "sglang-ctr.service",
+                               port_owner.listeners(root, 30000))
+    assert verdict["serving"] and not verdict["judged"] and verdict["foreign"] == []
