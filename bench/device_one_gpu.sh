@@ -4,14 +4,8 @@
 # connection, gpu_free (the GPU-idle proof) with a real CUDA process holding 1 GiB and after it is
 # killed, peer-path.yml on one GPU and with a GPU list naming a GPU the host lacks, and tests/gpu.
 # Everything lands in $OUT/results.tar.gz (the device tool returns at most 8 files).
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
-out=${OUT:-/tmp/device-out}; mkdir -p "$out"
-py=$(command -v python3)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade --target /tmp/site .
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH LC_ALL=C.UTF-8 LANG=C.UTF-8
+# shellcheck source=bench/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 res=/tmp/results; mkdir -p "$res"
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 common=(-i localhost, -c local -e "ansible_python_interpreter=$py" -e "observation_writer_dir=/tmp/evidence")

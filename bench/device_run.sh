@@ -2,15 +2,8 @@
 # Real-GPU run on the device machine (nvidia-h200-x2 or larger), as one batch:
 # capture.yml and peer-path.yml with a local connection, their timings, the nvml_info
 # timing, and the reference loops. Results land flat in $OUT (the device tool returns them).
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
-out=${OUT:-/tmp/device-out}; mkdir -p "$out"
-py=$(command -v python3)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-# the project's own package (serving_rollout, its module_utils), beside the wheels
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade --target /tmp/site .
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH LC_ALL=C.UTF-8 LANG=C.UTF-8
+# shellcheck source=bench/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 res=/tmp/results; mkdir -p $res
 common=(-i localhost, -c local -e "ansible_python_interpreter=$py" -e "observation_writer_dir=/tmp/evidence")
