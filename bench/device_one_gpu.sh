@@ -39,7 +39,7 @@ done
 python3 bench/nvml_vs_smi.py "$res/nvml-raw-idle.json" "$res/nvidia-smi-q-idle.xml" > "$res/nvml-vs-smi-idle.txt" 2>&1
 python3 bench/nvml_vs_smi.py "$res/nvml-raw-busy.json" "$res/nvidia-smi-q-busy.xml" > "$res/nvml-vs-smi-busy.txt" 2>&1
 cp -r /tmp/evidence "$res/evidence" 2>/dev/null
-python3 -m pytest -q -p no:cacheprovider tests/gpu > "$res/tests-gpu.txt" 2>&1
+PYTHONSAFEPATH=1 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$res/tests-gpu.txt" 2>&1
 echo "tests/gpu rc=$?" >> "$res/timings.txt"
 tar -C "$res" -czf "$out/results.tar.gz" .
 cat "$res/timings.txt" "$res/nvml-vs-smi-idle.txt"; tail -3 "$res/tests-gpu.txt"; tail -25 "$res/capture.log"
