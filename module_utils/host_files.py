@@ -41,11 +41,11 @@ def free_space(folder):
         return f"{folder}: free space unknown ({exc.strerror})"
 
 
-def proc_stat(pid):
+def proc_stat(pid, proc_root="/proc"):
     """(parent pid, start time in clock ticks since boot) of a process, None when it is gone. The start
     time tells a process from a later one that reuses its pid."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
+        with open(f"{proc_root}/{pid}/stat") as handle:
             after_comm = handle.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None

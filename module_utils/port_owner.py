@@ -9,6 +9,7 @@ original was down answers 200 too. This is the proof that the answer is the unit
 import os
 import re
 
+from .host_files import proc_stat
 from .unit_recipe import redact_argv
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
@@ -90,14 +91,13 @@ CONTAINER_SCOPE_RE = re.compile(r"/(?:libpod|docker|crio|cri-containerd)-[0-9a-f
 
 
 def ancestors(proc_root, pid, limit=64):
-    """The pids above `pid` (its parent, the parent's parent, ...), read from /proc/<pid>/stat."""
+    """The pids above `pid` (its parent, the parent's parent, ...), read from /proc/<pid>/stat (host_files)."""
     found = []
     for _ in range(limit):
-        stat = _read(f"{proc_root}/{pid}/stat") or ""
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) < 2 or not fields[1].isdigit() or int(fields[1]) <= 1:
+        stat = proc_stat(pid, proc_root)
+        if stat is None or stat[0] <= 1:
             break
-        pid = int(fields[1])
+        pid = stat[0]
         found.append(pid)
     return found
 

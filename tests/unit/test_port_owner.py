@@ -107,8 +107,10 @@ def test_without_cgroup_nesting_the_units_main_pid_and_its_children_are_its_own(
     flat = "0::/libpod_parent/libpod-7ffede7bc7d8\n"
     root = proc(tmp_path, {412: (ENGINE[0], flat, []), 413: (["python3", "worker"], flat, ["41213"]),
                            977: (["python3", "-m", "http.server"], flat, ["52000"])})
-    (tmp_path / "proc" / "413" / "stat").write_text("413 (python3) S 412 413 413 0 -1")
-    (tmp_path / "proc" / "412" / "stat").write_text("412 (python3) S 1 412 412 0 -1")
+    # /proc/<pid>/stat as Linux writes it (52 fields; the parent pid 4th, the start time 22nd)
+    tail = " ".join(["0"] * 48)
+    (tmp_path / "proc" / "413" / "stat").write_text(f"413 (python3) S 412 {tail}\n")
+    (tmp_path / "proc" / "412" / "stat").write_text(f"412 (python3) S 1 {tail}\n")
     verdict = port_owner.judge(30000, "/system.slice/sglang.service", "sglang.service",
                                port_owner.listeners(root, 30000), main_pid=412)
     assert verdict["serving"] and [o["pid"] for o in verdict["owners"]] == [413]
