@@ -1,28 +1,17 @@
 """Action plugin: the A/B verdicts of matched baseline/candidate cells and the run's decision, on the
 controller (numpy and scipy are the controller's, never the host's). The statistics are
-module_utils/abstats.py's; this file checks the arguments and calls them. Documentation: library/ab_verdict.py."""
+serving_rollout/play/abstats.py's; this file checks the arguments and calls them.
+Documentation: library/ab_verdict.py."""
 
 from ansible.errors import AnsibleActionFail
 
-from serving_rollout.actions import SpecAction
-
-ARGUMENT_SPEC = {
-    "cells": {"type": "list", "elements": "dict", "required": True},
-    "min_effect": {"type": "float", "default": 0.02},
-    "alpha": {"type": "float", "default": 0.05},
-    "drift_limit": {"type": "float", "default": 0.05},
-    "max_failed_requests": {"type": "int", "default": 0},
-    "rule": {"type": "dict"},
-    "condition_limits": {"type": "dict"},
-}
+from serving_rollout.play.actions import PlayAction
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = ARGUMENT_SPEC
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         try:
-            from serving_rollout.module_utils.abstats import cell_verdict, decide
+            from serving_rollout.play.abstats import cell_verdict, decide
         except ImportError as exc:
             raise AnsibleActionFail(f"ab_verdict needs numpy and scipy on the controller: {exc}") from exc
         for index, cell in enumerate(p["cells"]):

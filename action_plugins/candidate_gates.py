@@ -9,9 +9,9 @@ Documentation: library/candidate_gates.py."""
 
 from ansible.errors import AnsibleActionFail
 
-from serving_rollout.host_steps import StepsAction
 from serving_rollout.module_utils.gates import failed_gate_message, not_qualified_records
 from serving_rollout.module_utils.unit_stop import engine_changed
+from serving_rollout.play.actions import StepsAction
 
 # The gates that also go through the router: what a client behind it meets first.
 ROUTED = ("smoke", "json")
@@ -20,11 +20,6 @@ NUMERICS_KEYS = ("prompts", "tokens", "reference", "tolerance", "timeout_s")
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("base_url", "gates", "model", "timeout_s")
-    OPTIONAL = ("connection", "not_qualified", "router_url", "api_key_var", "env_files", "target_tokens", "depth",
-                "contract_words", "candidate_unit", "candidate_identity", "numerics", "numerics_label")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     def initial(self):
         return {"changed": False, "records": [], "numerics": None}
 

@@ -15,29 +15,22 @@ Documentation: library/candidate_render.py."""
 import difflib
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from serving_rollout.host_steps import StepsAction
+from serving_rollout.play.actions import StepsAction
 
 UNIT_DIR = "/etc/systemd/system"
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "candidate_unit", "change", "snapshot_files", "snapshot_state", "snapshot_dest")
-    OPTIONAL = ("require_digest", "accept_systemd_reading", "copy_dir", "header", "managed", "container")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     def initial(self):
         return {"changed": False, "snapshot": None, "candidate": None, "comparison": None, "systemd_proof": None,
                 "build": None}
 
     def steps(self, args, steps, done):
         unit, path = args["unit"], f"{UNIT_DIR}/{args['candidate_unit']}"
-        recipe_args = {"unit": unit, "change": args["change"],
-                       "require_digest": boolean(args.get("require_digest", True), strict=False)}
-        managed = boolean(args.get("managed", False), strict=False)
-        render_args = {**recipe_args, "accept_systemd_reading": boolean(args.get("accept_systemd_reading", False),
-                                                                        strict=False),
+        recipe_args = {"unit": unit, "change": args["change"], "require_digest": args["require_digest"]}
+        managed = args["managed"]
+        render_args = {**recipe_args, "accept_systemd_reading": args["accept_systemd_reading"],
                        "copy_dir": args.get("copy_dir") or None}
         engine_build = (args["change"] or {}).get("kind") == "program"
         if not managed or engine_build:

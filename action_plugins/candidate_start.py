@@ -18,22 +18,15 @@ module, in order; the first that fails ends it with its step and message.
 Documentation: library/candidate_start.py."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from serving_rollout.host_steps import StepsAction
+from serving_rollout.play.actions import StepsAction
 
 IDENTITY = ("MainPID", "InvocationID", "NRestarts")
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("candidate_unit", "base_url", "ready_timeout_s", "engine", "boot_stall_s", "lock_path", "lock_token",
-                "lease_s")
-    OPTIONAL = ("connection", "env_files", "runtime", "container", "original_container", "change", "api_key_var",
-                "read_version", "gate_timeout_s", "next_phase", "unit", "state_dir", "run_id", "scan", "label")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     def required(self, args):
-        return (self.REQUIRED + (("runtime", "container", "change") if args.get("original_container") else ())
+        return ((("runtime", "container", "change") if args.get("original_container") else ())
                 + (("unit", "state_dir", "run_id") if args.get("next_phase") else ()))
 
     def initial(self):
@@ -56,7 +49,7 @@ class ActionModule(StepsAction):
                          "container_reading", runtime=args["runtime"], name=f"{args['container']}-candidate",
                          key=args["lock_token"], compare_with=args["original_container"], change=args["change"])
             done["container_compared"] = True
-        if boolean(args.get("read_version", False), strict=False):
+        if args["read_version"]:
             done["version"] = steps.version_report(args, "candidate", "candidate")
         if args.get("next_phase"):
             steps.phase(args, args["next_phase"])

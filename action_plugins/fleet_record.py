@@ -7,18 +7,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
 from serving_rollout import fleet
-from serving_rollout.actions import SpecAction
-
-ARGUMENT_SPEC = {
-    "op": {"type": "str", "required": True, "choices": ["begin", "record", "lost"]},
-    "evidence_dir": {"type": "path", "required": True},
-    "run_id": {"type": "str", "required": True},
-    "hosts": {"type": "list", "elements": "str", "default": []},
-    "batch": {"type": "list", "elements": "str", "default": []},
-    "host": {"type": "str", "default": ""},
-    "outcome": {"type": "dict", "default": {}},
-    "why": {"type": "str", "default": ""},
-}
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
 
@@ -29,9 +18,7 @@ OPS = {
 }
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = ARGUMENT_SPEC
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         if self._task.check_mode:
             return {"changed": False, "begin": {"stop": False}, "msg": "check mode: no fleet record written"}

@@ -5,23 +5,11 @@ serving_rollout.recipe.promote's. Documentation: library/inventory_patch.py."""
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout import recipe
-from serving_rollout.actions import SpecAction
 from serving_rollout.module_utils.recipe_render import RecipeRenderError
-
-ARGUMENT_SPEC = {
-    "inventory_dir": {"type": "path", "required": True},
-    "host": {"type": "str", "required": True},
-    "groups": {"type": "list", "elements": "str", "default": []},
-    "variable": {"type": "str", "required": True},
-    "change": {"type": "dict", "required": True},
-    "out_dir": {"type": "path", "required": True},
-    "write": {"type": "bool", "default": False},
-}
+from serving_rollout.play.actions import PlayAction
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = ARGUMENT_SPEC
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         if self._task.check_mode:
             return {"changed": p["write"], "msg": "check mode: no patch written"}

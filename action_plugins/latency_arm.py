@@ -12,11 +12,11 @@ abstats.py, cells.py); this file only drives them. Documentation: library/latenc
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from serving_rollout.module_utils import arm, engine_metrics
-from serving_rollout.module_utils.engine_client import connected
+from serving_rollout.module_utils import engine_metrics
+from serving_rollout.play import arm
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
 
@@ -30,17 +30,8 @@ CELL_ARGS = ("base_url", "model", "api_key_var", "env_files", "contract_words", 
              "concurrency", "remeasure_max", "condition_limits", "engine")
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(CELL_ARGS + (
-        "arm", "cell", "requests", "chunk", "bracket", "sequential", "first_bracket", "alpha", "cells",
-        "min_effect", "rule", "lock_path", "lock_token", "lease_s", "candidate_unit", "candidate_identity",
-        "duration_s", "drift_limit", "known_noise", "extra_error_patterns", "connection", "accept_length_from_log",
-        "warmup_waves"))
-
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        args = connected(self._task.args)  # the engine connection, one value, spread into its arguments
+class ActionModule(PlayAction):
+    def step(self, args, task_vars):
         host = task_vars.get("inventory_hostname", "host")
         try:
             name = args["cell"]["name"]
@@ -108,7 +99,7 @@ class ActionModule(ActionBase):
         return self.endured(args, task_vars, result, duration_s) if deadline else result
 
     def endured(self, args, task_vars, result, duration_s):
-        """The endurance cell's verdict (module_utils/arm.py) and the candidate's journal read after it: a
+        """The endurance cell's verdict (serving_rollout/play/arm.py) and the candidate's journal read after it: a
         hang, a failed request, drift, a crash or an error line new under load fails it, both kept."""
         scan = self._execute_module(module_name="journal_scan", task_vars=task_vars, module_args={
             "unit": args["candidate_unit"], "engine": args["engine"], "known_noise": args.get("known_noise") or [],

@@ -7,20 +7,10 @@ import os
 from ansible.errors import AnsibleActionFail
 
 from serving_rollout import observations
-from serving_rollout.actions import SpecAction
+from serving_rollout.play.actions import PlayAction
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = {
-        "dir": {"type": "path", "required": True},
-        "kind": {"type": "str", "required": True},
-        "run_id": {"type": "str", "required": True},
-        "documents": {"type": "list", "elements": "raw", "required": True},
-        "redact_host_identifiers": {"type": "bool", "default": False},
-        "extra_identifiers": {"type": "list", "elements": "str", "default": []},
-        "report_change": {"type": "bool", "default": True},
-    }
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         problems = observations.problems(p["kind"], p["run_id"], p["documents"])
         if problems:

@@ -22,18 +22,12 @@ The proof that follows is restored_proof's. Documentation: library/original_rest
 
 from ansible.errors import AnsibleActionFail
 
-from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
 from serving_rollout.module_utils.put_back import left_to_put_back, restore_lease
+from serving_rollout.play.actions import StepsAction
+from serving_rollout.play.host_steps import CONTAINER_RUNTIMES
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "candidate_unit", "watchdog_unit", "state_dir", "run_id", "lock_path", "lock_token",
-                "lease_s", "stop_timeout_s",
-                "gpu_free_timeout_s", "engine", "straggler_grace_s", "snapshot_files", "base_url", "ready_timeout_s",
-                "boot_stall_s")
-    OPTIONAL = ("connection", "runtime", "container", "env_files", "gpu_process_pattern", "engine_process_pattern")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     def initial(self):
         return {"changed": False, "candidate_present": False, "candidate_stop": None, "gpu": None, "manifest": None}
 

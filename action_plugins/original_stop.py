@@ -10,25 +10,19 @@ what was read until then is returned all the same (the evidence names ended proc
 5. with C(next_phase), that phase recorded (rollout_phase) and returned as the task's progress fact.
 Documentation: library/original_stop.py."""
 
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
+from serving_rollout.play.actions import StepsAction
+from serving_rollout.play.host_steps import CONTAINER_RUNTIMES
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "candidate_unit", "stop_timeout_s", "gpu_free_timeout_s", "engine", "straggler_grace_s")
-    OPTIONAL = ("connection", "runtime", "container", "key", "read_version", "base_url", "api_key_var", "env_files",
-                "gate_timeout_s", "gpu_process_pattern", "engine_process_pattern", "next_phase", "state_dir", "run_id")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     @staticmethod
     def container(args):
         return args.get("container") if args.get("runtime") in CONTAINER_RUNTIMES else ""
 
     def required(self, args):
-        return (self.REQUIRED + (("key",) if self.container(args) else ())
-                + (("state_dir", "run_id") if args.get("next_phase") else ())
-                + (("base_url",) if boolean(args.get("read_version", False), strict=False) else ()))
+        return ((("key",) if self.container(args) else ()) + (("state_dir", "run_id") if args.get("next_phase") else ())
+                + (("base_url",) if args["read_version"] else ()))
 
     def initial(self):
         return {"changed": False, "container": None, "version": None, "stop_attempted": False, "stop": None,
@@ -39,7 +33,7 @@ class ActionModule(StepsAction):
         if container:
             done["container"] = steps.module(f"read the container {container}", "container_reading",
                                              runtime=args["runtime"], name=container, key=args["key"])["reading"]
-        if boolean(args.get("read_version", False), strict=False):
+        if args["read_version"]:
             done["version"] = steps.version_report(args, "original", "baseline")
         done["stop_attempted"] = True  # from here a restore expects a new invocation of the original
         stop = steps.module(f"stop {unit} within the tool's deadline", "engine_stop", unit=unit,

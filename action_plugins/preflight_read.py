@@ -4,18 +4,14 @@ processes on the GPUs and, for a container unit, its container's id. A read that
 and message. The ten checks are judged from `facts` (filter_plugins/preflight.py: preflight_checks).
 Documentation: library/preflight_read.py."""
 
-from serving_rollout.host_steps import CONTAINER_RUNTIMES, StepsAction
+from serving_rollout.play.actions import StepsAction
+from serving_rollout.play.host_steps import CONTAINER_RUNTIMES
 
 # Codes a health route answers with that the checks judge (anything else: the engine does not serve).
 HEALTH_CODES = [-1, 200, 401, 403, 404, 500, 502, 503]
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "base_url", "engine")
-    OPTIONAL = ("connection", "api_key_var", "env_files", "extra_error_patterns", "gpu_process_pattern", "recipe",
-                "phase")
-    _VALID_ARGS = frozenset(REQUIRED + OPTIONAL)
-
     def initial(self):
         return {"changed": False, "facts": {}}
 

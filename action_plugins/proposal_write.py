@@ -11,21 +11,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
 from serving_rollout import evidence, proposal
-from serving_rollout.actions import SpecAction
 from serving_rollout.candidate_plan import candidate_plan_errors
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
-
-ARGUMENT_SPEC = {
-    "evidence_dir": {"type": "path", "required": True},
-    "host": {"type": "str", "required": True},
-    "run_id": {"type": "str", "required": True},
-    "unit": {"type": "str", "required": True},
-    "recipe": {"type": "dict", "required": True},
-    "scan": {"type": "dict", "default": {}},
-    "capture": {"type": "dict", "default": {}},
-    "unit_state": {"type": "dict", "default": {}},
-}
 
 
 def latest(host_dir, pattern):
@@ -42,9 +31,7 @@ def peer_path(host_dir):
     return {"verdict": verdict, "evidence": str(path.relative_to(Path(host_dir).parent))}
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = ARGUMENT_SPEC
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         host_dir = Path(p["evidence_dir"]) / p["host"]
         capture = latest(host_dir, "capture-*/p2p-support-observation.json")

@@ -13,28 +13,20 @@ proof with its message; what was read until then is returned all the same (the e
 Documentation: library/restored_proof.py."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from serving_rollout.module_utils.container_truth import identity_problems, inspect_identity_argv
-from serving_rollout.module_utils.engine_client import connected
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
 
-ARGS = ("unit", "fragment_path", "invocation_before", "files", "runtime", "container", "image", "engine",
-        "known_noise", "extra_error_patterns", "env_files", "base_url", "model", "api_key_var", "gate_timeout_s",
-        "gates", "keys", "connection")
 # The systemd properties the proof checks.
 CHECKED = ("ActiveState", "UnitFileState", "NRestarts", "FragmentPath", "InvocationID", "NeedDaemonReload")
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGS)
-
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        self.args, self.task_vars = connected(self._task.args), task_vars  # the engine connection, spread
+class ActionModule(PlayAction):
+    def step(self, params, task_vars):
+        self.args, self.task_vars = params, task_vars
         proof = {"changed": False, "proven": False, "state": {}, "owner": None, "files": [], "container": None,
                  "scan": None, "gates": []}
         try:

@@ -14,26 +14,23 @@ Documentation: library/rollout_lock.py."""
 
 import os
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from serving_rollout import holder
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        if args.get("state", "present") != "present":
+class ActionModule(PlayAction):
+    def step(self, params, task_vars):
+        args = {key: value for key, value in params.items() if value is not None}  # the module defaults the rest
+        if args["state"] != "present":
             return self._execute_module(module_name="rollout_lock", module_args=args, task_vars=task_vars)
         me = holder.me()
-        args.setdefault("controller", me)
-        args.setdefault("holder", f"{os.environ.get('USER') or 'unknown'}@{me['host']} pid {me['pid']} "
-                                  f"{task_vars.get('ansible_play_name', '')}".strip())
+        args["controller"] = args.get("controller") or me
+        args["holder"] = args.get("holder") or f"{os.environ.get('USER') or 'unknown'}@{me['host']} pid {me['pid']} " \
+                                               f"{task_vars.get('ansible_play_name', '')}".strip()
         if args.get("steal"):
             seen = self.read(args, task_vars)
             refusal = self.living_rollback(args, seen)

@@ -9,18 +9,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
 from serving_rollout import evidence
-from serving_rollout.actions import SpecAction
+from serving_rollout.play.actions import PlayAction
 
 display = Display()
-
-ARGUMENT_SPEC = {
-    "op": {"type": "str", "required": True, "choices": ["check_dir", "predict", "finalize", "trust"]},
-    "path": {"type": "path", "required": True},
-    "min_free_mib": {"type": "float", "default": 0},
-    "min_effect": {"type": "float", "default": 0.02},
-    "decode_ms_per_token": {"type": "float", "default": 0},
-    "refuse_flagged": {"type": "bool", "default": False},
-}
 
 
 def check_dir(p):
@@ -61,9 +52,7 @@ def trust(p):
 OPS = {"check_dir": check_dir, "predict": predict, "finalize": finalize, "trust": trust}
 
 
-class ActionModule(SpecAction):
-    ARGUMENT_SPEC = ARGUMENT_SPEC
-
+class ActionModule(PlayAction):
     def step(self, p, task_vars):
         if p["op"] in ("finalize", "trust") and not os.path.isdir(p["path"]):
             raise AnsibleActionFail(f"no run directory at {p['path']}")

@@ -11,14 +11,11 @@ Documentation: library/snapshot_renew.py."""
 
 from ansible.errors import AnsibleActionFail
 
-from serving_rollout.host_steps import StepsAction
 from serving_rollout.module_utils.put_back import candidate_present
+from serving_rollout.play.actions import StepsAction
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("unit", "candidate_unit", "dest")
-    _VALID_ARGS = frozenset(REQUIRED)
-
     def initial(self):
         return {"changed": False, "manifest": None, "both_versions": []}
 

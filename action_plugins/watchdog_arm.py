@@ -9,14 +9,10 @@ module, in order; the first that fails ends it with its step and message (the or
    interrupted run from here on says to run rollback.yml.
 Documentation: library/watchdog_arm.py."""
 
-from serving_rollout.host_steps import StepsAction
+from serving_rollout.play.actions import StepsAction
 
 
 class ActionModule(StepsAction):
-    REQUIRED = ("watchdog_unit", "unit", "candidate_unit", "state_dir", "run_id", "lock_path", "lock_token",
-                "lease_s", "stop_timeout_s", "snapshot_files")
-    _VALID_ARGS = frozenset(REQUIRED)
-
     def steps(self, args, steps, done):
         steps.module("give the watchdog its first lease", "rollout_lock", path=args["lock_path"],
                      token=args["lock_token"], state="held", lease_s=args["lease_s"], must_hold=True)

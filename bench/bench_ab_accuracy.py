@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from serving_rollout.module_utils.abstats import cell_verdict, decide
 from serving_rollout.module_utils.cells import run_cell
+from serving_rollout.play.abstats import cell_verdict, decide
 from tests.conftest import RunningDouble
 
 REPO = Path(__file__).resolve().parent.parent

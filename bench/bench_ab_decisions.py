@@ -6,7 +6,7 @@ cell of at most n looked at after every chunk and stopped when clear, the second
 chunk) with the engine
 TEST DOUBLE's latency model (tests/doubles/engine_double.py LatencyModel: its prefill and decode
 model, per-step noise, per-request noise) in place of HTTP, and judges with the project's own
-code (module_utils/abstats.py, conditions.py), so hundreds of seeded runs take seconds. Two
+code (serving_rollout/play/abstats.py, conditions.py), so hundreds of seeded runs take seconds. Two
 cells (1k and 4k prompts) per run.
 
 Scenarios, RUNS seeded runs each:
@@ -38,8 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-from serving_rollout.module_utils.abstats import cell_verdict, decide, sequential_design, sequential_look
 from serving_rollout.module_utils.conditions import CONDITION_LIMITS, conditions_problem, median_conditions
+from serving_rollout.play.abstats import cell_verdict, decide, sequential_design, sequential_look
 from tests.doubles.engine_double import LatencyModel
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ SGLang: real GPU work and real NCCL, random weights), in one batch on the GPU ma
    per arm; each arm's transport proven from NCCL's own lines in the engine's log;
 2. per arm and cell, the project's latency cell (module_utils/cells.py: streamed requests at
    concurrency 1, fixed 32-word contract output, unique prefixes, NVML telemetry);
-3. the project's verdict (module_utils/abstats.py) on the bracketed cells;
+3. the project's verdict (serving_rollout/play/abstats.py) on the bracketed cells;
 4. the decode-size probe (p2p_worker allreduce_graph, arms bracketed) at the double's decode
    all-reduce size, and its predicted effect beside the measured deltas;
 5. a run directory in the rollout's evidence format, finalized by serving_rollout/evidence.py (decision
@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 from serving_rollout import evidence
-from serving_rollout.module_utils import abstats, decode_model, nccl_facts, p2p_orchestrator
+from serving_rollout.module_utils import decode_model, nccl_facts, p2p_orchestrator
 from serving_rollout.module_utils.cells import run_cell
 from serving_rollout.module_utils.engine_client import get_json
+from serving_rollout.play import abstats
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,8 +1,8 @@
-"""Filter: an arm's KV capacity as its engine reported it at start (module_utils/capacity.py)."""
+"""Filter: an arm's KV capacity as its engine reported it at start (serving_rollout/play/capacity.py)."""
 
 from ansible.errors import AnsibleFilterError
 
-from serving_rollout.module_utils.capacity import arm_capacity as _arm_capacity
+from serving_rollout.play.capacity import arm_capacity as _arm_capacity
 
 
 def arm_capacity(scan):

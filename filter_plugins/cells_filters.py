@@ -1,5 +1,5 @@
 """Filters for latency cells: a median, and arms regrouped into matched cells. (An arm's chunks are
-merged and looked at by module_utils/arm.py, which the latency_arm action runs.)"""
+merged and looked at by serving_rollout/play/arm.py, which the latency_arm action runs.)"""
 
 import statistics
 

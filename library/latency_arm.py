@@ -16,7 +16,7 @@ description:
   - Requests per cell - the candidate C(requests); the first baseline bracket C(bracket); the second
     one chunk (its drift check); every arm C(requests) when not C(sequential).
   - In the candidate arm of a sequential cell it looks at the cell after every chunk against its
-    first baseline bracket and stops at the first clear look (module_utils/abstats.py).
+    first baseline bracket and stops at the first clear look (serving_rollout/play/abstats.py).
   - Changes nothing on the host but the lock's lease (not renewed under check mode); sends load to the engine.
 options:
   arm: {description: baseline-1, candidate or baseline-2., type: str, required: true}
@@ -29,7 +29,7 @@ options:
   alpha: {description: Error rate of the verdict., type: float, default: 0.05}
   cells: {description: Cells of the run (Holm's family)., type: int, default: 1}
   min_effect: {description: Smallest effect that counts., type: float, default: 0.02}
-  rule: {description: The decision rule (module_utils/abstats.py)., type: dict}
+  rule: {description: The decision rule (serving_rollout/play/abstats.py)., type: dict}
   lock_path: {description: The run's lock file on the host., type: path, required: true}
   lock_token: {description: The run's lock token., type: str, required: true}
   lease_s: {description: The watchdog's lease renewed before each candidate chunk., type: int}
@@ -64,7 +64,7 @@ options:
       An endurance cell - chunks until this many seconds have passed (not a request count), stopping at
       its first failed request; no looks. Its chunks run on the host 10 s at a time (latency_cell for_s, the
       checks before each chunk there), one module run and one progress line a slice. Then the candidate's
-      journal is read (journal_scan) and module_utils/arm.py judges it - a hang, a failed request, E2E drift
+      journal is read (journal_scan) and serving_rollout/play/arm.py judges it - a hang, a failed request, E2E drift
       beyond C(drift_limit), a crash or an error line new under load fails the task, its verdict and scan
       returned all the same.
     type: float

@@ -13,7 +13,7 @@ description:
     error, and whether the response met the contract (violations are kept with the response).
   - Samples NVML (power, temperature, SM and memory clocks, clock-event reasons) during the cell.
   - A long cell can run in chunks (C(first_index), C(requests)) so the play shows progress
-    between them; the latency_arm action drives the chunks and merges them (module_utils/arm.py).
+    between them; the latency_arm action drives the chunks and merges them (serving_rollout/play/arm.py).
   - With C(lock_path) and C(lock_token), first checks the run may go on (module_utils/cells.py may_go_on) - the
     lock still holds the token and, with C(candidate_unit), the candidate engine is the one that became ready
     (C(candidate_identity)) - and returns C(stopped) without sending a request when it may not; with

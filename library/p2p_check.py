@@ -189,6 +189,7 @@ from ansible.module_utils.decode_model import (
     predict,
     shape_from_config,
 )
+from ansible.module_utils.host_commands import starter
 from ansible.module_utils.nccl_tests import command as nccl_tests_command
 from ansible.module_utils.nccl_tests import parse_output as parse_nccl_tests
 from ansible.module_utils.nccl_tests import wrong_total
@@ -304,7 +305,7 @@ def run_nccl_tests(module, params, gpus, base_env, budget):
             # Like with like: the graph probe against all_reduce_perf's CUDA-graph mode (-G).
             shape = {"iters": 100, "graph_launches": 10} if params["allreduce_method"] == "graph" else {}
             argv = nccl_tests_command(binary, size, len(gpus), **shape)
-            done = run_processes([argv], [env], budget.next_timeout())[0]
+            done = run_processes([argv], [env], budget.next_timeout(), start=starter(module))[0]
             parsed = parse_nccl_tests(done["output"])
             row = next((r for r in parsed["rows"] if r["bytes"] == size), None)
             sizes.append({"bytes": size, "status": "ok" if row and done["returncode"] == 0 else done["status"],
@@ -441,7 +442,7 @@ def main():
 
     def launch(command, args, envs):
         return run_processes([worker_command(params, worker_path, command, args, env) for env in envs],
-                             envs, budget.next_timeout())
+                             envs, budget.next_timeout(), start=starter(module))
 
     pre = launch("preflight", {"gpus": params["gpus"]}, [base_env])[0]
     preflight, gpus = preflight_gpus(module, params, pre)

@@ -11,9 +11,9 @@ import os
 import signal
 import socket
 import statistics
-import subprocess
 import time
 
+from .host_commands import TimeoutExpired, start_process
 from .nccl_facts import p2p_in_effect, parse_log
 
 MARK = "P2PCHECK_RESULT "
@@ -54,23 +54,22 @@ def kill_group(proc):
         pass
 
 
-def run_processes(commands, envs, timeout):
-    """Start processes in their own process groups; wait for all within `timeout` seconds.
+def run_processes(commands, envs, timeout, start=start_process):
+    """Start processes (`start`: host_commands' starter on a host) in their own process groups; wait for all
+    within `timeout` seconds.
 
     Returns [{status, returncode, output, result, seconds}] with status one of
     ok / error / hung (killed at the time-out, with every process of its group).
     """
     started = time.monotonic()
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True, text=True, errors="replace")
-             for cmd, env in zip(commands, envs, strict=True)]
+    procs = [start(cmd, env) for cmd, env in zip(commands, envs, strict=True)]
     outputs = [None] * len(procs)
     hung = False
     for index, proc in enumerate(procs):
         left = max(0.0, timeout - (time.monotonic() - started))
         try:
             outputs[index], _ = proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
+        except TimeoutExpired:
             hung = True
             break
     if hung:  # one rank hanging holds the others in the collective: kill every group

@@ -27,8 +27,9 @@ import sys
 from pathlib import Path
 
 from serving_rollout import fleet  # the lock and the atomic writer of index.json
-from serving_rollout.module_utils import capacity, decode_model, engine_metrics  # pure, shared with the hosts' modules
+from serving_rollout.module_utils import decode_model, engine_metrics
 from serving_rollout.module_utils.host_files import free_mib
+from serving_rollout.play import capacity  # pure, shared with the hosts' modules
 
 DECISION_SCHEMA = "serving-rollout.decision/v1"
 MANIFEST = "manifest.json"
@@ -207,7 +208,7 @@ def single_stream_decode(run):
 
 
 def kv_capacity(run):
-    """The candidate's KV capacity against the original's (module_utils/capacity.py), from the
+    """The candidate's KV capacity against the original's (serving_rollout/play/capacity.py), from the
     engines' own reports in capacity.json; None for a run without that record."""
     record = load(run, "capacity.json")
     if not record:

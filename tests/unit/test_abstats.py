@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from serving_rollout.module_utils import abstats
+from serving_rollout.play import abstats
 
 
 def requests(rng, n, e2e, ttft=0.05, noise=0.02):
@@ -260,7 +260,7 @@ def test_the_ab_verdict_action_judges_in_process_and_names_a_bad_cell():
     assert result["cells"][0]["metrics"]["e2e_s"]["verdict"] == "better"
     with pytest.raises(AnsibleActionFail, match=r"cells\[0\] lacks \['candidate'\]"):
         run({"cells": [{"name": "c", "baseline": []}]})
-    with pytest.raises(AnsibleActionFail, match="alpha"):
+    with pytest.raises(AnsibleActionFail, match="alpha.*given: {'alpha': 'not a number'}"):
         run({"cells": [cell(32)], "alpha": "not a number"})
 
 

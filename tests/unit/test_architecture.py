@@ -44,3 +44,43 @@ def test_filters_do_no_io():
     io = re.compile(r"\bopen\(|subprocess|os\.(?:remove|replace|makedirs|listdir)|Path\(")
     found = [p.name for p in (REPO / "filter_plugins").glob("*.py") if io.search(p.read_text())]
     assert found == [], f"filters that read or write (filters only reshape; I/O is an action's): {found}"
+
+
+def test_every_action_takes_the_one_base_and_its_documented_arguments():
+    from test_host_steps import action_class
+
+    from serving_rollout.play.actions import PlayAction
+
+    other = [p.stem for p in (REPO / "action_plugins").glob("*.py") if not issubclass(action_class(p.stem), PlayAction)]
+    assert other == [], f"actions not on serving_rollout/play/actions.py's PlayAction: {other}"
+    # an action keeps no argument list of its own: its documentation is the one source
+    kept = [p.stem for p in (REPO / "action_plugins").glob("*.py")
+            if re.search(r"\b(ARGUMENT_SPEC|_VALID_ARGS|REQUIRED|OPTIONAL)\s*=", p.read_text())]
+    assert kept == [], f"actions with a hand-kept argument list beside their documentation: {kept}"
+
+
+def imported_module_utils(text):
+    """The module_utils names a file imports: ansible.module_utils.X (a module), .X (module_utils itself)."""
+    names = re.findall(r"ansible\.module_utils\.(\w+)|from ansible\.module_utils import ([\w, ]+)|from \.(\w+) import"
+                       r"|from \. import ([\w, ]+)", text)
+    return {name.strip() for found in names for group in found if group for name in group.split(",")}
+
+
+def test_every_module_utils_file_ships_to_a_host_through_a_module():
+    """module_utils/ is what Ansible ships with a module: a file no module reaches is controller code
+    (serving_rollout/play/, or serving_rollout/ outside a play)."""
+    ours = {p.stem for p in (REPO / "module_utils").glob("*.py")} - {"__init__"}
+    reached, todo = set(), [n for p in (REPO / "library").glob("*.py") for n in imported_module_utils(p.read_text())]
+    while todo:
+        name = todo.pop()
+        if name in ours and name not in reached:
+            reached.add(name)
+            todo += imported_module_utils((REPO / "module_utils" / f"{name}.py").read_text())
+    assert sorted(ours - reached) == [], "module_utils files no module ships (controller code: serving_rollout/play/)"
+
+
+def test_no_module_utils_file_starts_a_process_but_the_command_runner_and_the_watchdog():
+    starts = [p.name for p in (REPO / "module_utils").glob("*.py")
+              if re.search(r"^\s*(import subprocess|from subprocess import)", p.read_text(), re.M)
+              and p.stem not in ("host_commands", "watchdog")]
+    assert starts == [], f"module_utils files starting processes outside host_commands.py/watchdog.py: {starts}"

@@ -1,4 +1,4 @@
-"""KV capacity per arm (module_utils/capacity.py) and how the decision record uses it: a candidate
+"""KV capacity per arm (serving_rollout/play/capacity.py) and how the decision record uses it: a candidate
 that fits fewer tokens than the original, beyond the limit, is a reject unless accepted."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO
 
 from serving_rollout import evidence
-from serving_rollout.module_utils.capacity import arm_capacity, kv_judgement
+from serving_rollout.play.capacity import arm_capacity, kv_judgement
 
 ARMS = {"baseline-1": {"kv_cache_tokens": 500000, "max_concurrency": 3906},
         "candidate": {"kv_cache_tokens": 400000, "max_concurrency": 3125},

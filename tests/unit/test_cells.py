@@ -5,17 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from serving_rollout.module_utils import arm
-from serving_rollout.module_utils.arm import (
+from serving_rollout.module_utils.cells import Telemetry, run_cell
+from serving_rollout.module_utils.host_lock import lock_lost
+from serving_rollout.module_utils.unit_stop import engine_changed
+from serving_rollout.play import arm
+from serving_rollout.play.arm import (
     cell_size,
     look_at,
     merge_chunks,
     progress,
     summary,
 )
-from serving_rollout.module_utils.cells import Telemetry, run_cell
-from serving_rollout.module_utils.host_lock import lock_lost
-from serving_rollout.module_utils.unit_stop import engine_changed
 
 
 def test_cell_records_every_request_with_actual_prompt_tokens(engine_double):
@@ -244,7 +244,7 @@ def test_the_go_on_checks_give_the_actions_reasons():
     assert exited.startswith("the candidate engine exited during the last cell: ActiveState failed, MainPID 41 -> 0")
 
 
-# ---- the endurance cell's verdict (module_utils/arm.py endurance_judgement) -----------------------
+# ---- the endurance cell's verdict (serving_rollout/play/arm.py endurance_judgement) -----------------------
 
 def endurance_cell(chunk_e2e, errors=()):
     requests = [{"index": i, "e2e_s": 0.1, "error": None} for i in range(sum(len(c) for c in chunk_e2e))]

@@ -1,11 +1,12 @@
 """The engine's own /metrics window (module_utils/engine_metrics.py) on real exposition text, the
-throughput cell's shape (module_utils/arm.py cell_shape) and the card's figures under load."""
+throughput cell's shape (serving_rollout/play/arm.py cell_shape) and the card's figures under load."""
 
 from pathlib import Path
 
 import pytest
 
-from serving_rollout.module_utils import arm, engine_metrics
+from serving_rollout.module_utils import engine_metrics
+from serving_rollout.play import arm
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 

@@ -7,7 +7,8 @@ import pytest
 from conftest import FIXTURES
 
 from serving_rollout import evidence
-from serving_rollout.module_utils import abstats, decode_model, nccl_facts, nccl_tests
+from serving_rollout.module_utils import decode_model, nccl_facts, nccl_tests
+from serving_rollout.play import abstats
 
 RUN_ROOT = FIXTURES / "h200x2-gpu-ab"
 RUN = RUN_ROOT / "rollout-20261130T093248Z"

@@ -49,8 +49,8 @@ RESTORE_ARGS = {**STOP_ARGS, "watchdog_unit": "serving-rollout-watchdog-sglang.s
 def test_a_missing_argument_is_refused_by_name_before_any_module_runs():
     action, calls = scripted("original_stop", {**STOP_ARGS, "runtime": "podman", "container": "sglang",
                                                "unit": ""}, {})
-    result = action.run(task_vars={})
-    assert result["failed"] and result["msg"].startswith("original_stop needs unit, key; got ")
+    with pytest.raises(AnsibleActionFail, match="^original_stop needs unit, key; got "):
+        action.run(task_vars={})
     assert calls == []
 
 

@@ -7,8 +7,8 @@ Pure functions; ValueError names the bad value."""
 
 import statistics
 
-from . import engine_metrics
-from .conditions import median_conditions
+from serving_rollout.module_utils import engine_metrics
+from serving_rollout.module_utils.conditions import median_conditions
 
 
 def cell_size(arm, requests, chunk, bracket, sequential):

@@ -26,7 +26,7 @@ import functools
 import numpy as np
 from scipy import stats
 
-from .conditions import CONDITION_LIMITS, conditions_problem
+from serving_rollout.module_utils.conditions import CONDITION_LIMITS, conditions_problem
 
 LOWER_IS_BETTER = {"ttft_s": True, "e2e_s": True, "decode_tps": False}
 DEFAULT_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}

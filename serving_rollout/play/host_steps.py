@@ -3,10 +3,7 @@ each step is named, the first failure ends the sequence with its step and messag
 stays in the action's result (`done`), so the evidence keeps it."""
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-
-from serving_rollout.module_utils.engine_client import connected
 
 display = Display()
 
@@ -60,35 +57,3 @@ class HostSteps:
         if gpu.get("failed"):
             raise AnsibleActionFail(f"wait until no worker holds the GPUs: {gpu.get('msg', gpu)}")
         self.done["changed"] = self.done["changed"] or bool(gpu.get("changed"))
-
-
-class StepsAction(ActionBase):
-    """An action plugin that runs HostSteps: REQUIRED and OPTIONAL arguments (a subclass sets _VALID_ARGS from
-    them), `required(args)` for those some arguments make required, the result it starts from (`initial`), and
-    `steps(args, steps, done)`. The task's `connection` (the engine's base_url, model, api_key_var, env_files as
-    one value) fills those arguments where the task left them unset. A missing argument is refused before anything
-    runs; a failed step ends the action with its message and what was done until then."""
-    TRANSFERS_FILES = False
-    REQUIRED, OPTIONAL = (), ()
-
-    def required(self, args):
-        return self.REQUIRED
-
-    def initial(self):
-        return {"changed": False}
-
-    def steps(self, args, steps, done):
-        raise NotImplementedError
-
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        args = connected(self._task.args)  # the engine connection, one value, spread into its arguments
-        absent = [key for key in self.required(args) if args.get(key) in (None, "")]
-        if absent:
-            return {"failed": True, "msg": f"{self._task.action} needs {', '.join(absent)}; got {sorted(args)}"}
-        done = self.initial()
-        try:
-            self.steps(args, HostSteps(self, task_vars, done), done)
-        except AnsibleActionFail as exc:
-            return {**done, **exc.result, "failed": True, "msg": exc.message}
-        return done
