@@ -19,6 +19,7 @@ Documentation: library/candidate_start.py."""
 
 from ansible.errors import AnsibleActionFail
 
+from serving_rollout.module_utils.engine_adapters import log_failure
 from serving_rollout.play.actions import StepsAction
 
 IDENTITY = ("MainPID", "InvocationID", "NRestarts")
@@ -64,10 +65,9 @@ class ActionModule(StepsAction):
                             engine=args["engine"], env_files=args.get("env_files") or [],
                             version_report=done["version"] or {}, **args["scan"])["scan"]
         done["scan"] = scan
-        new = scan["errors"] + scan.get("warnings", [])  # a warning the original's own start did not print counts
-        if scan["crashed"] or new:
-            cause = scan["cause"] if scan["crashed"] else "error lines new against the original: " + " | ".join(new)
-            raise AnsibleActionFail(f"candidate failed at start: {scan.get('phase') or 'unknown phase'}: {cause}")
+        failure = log_failure(scan)  # a warning the original's own start did not print counts
+        if failure:
+            raise AnsibleActionFail(f"candidate failed at start: {scan.get('phase') or 'unknown phase'}: {failure}")
         proof = scan["proof"]
         if not proof["proven"]:
             raise AnsibleActionFail(f"no effect: {args.get('label') or 'candidate'} ({proof['kind']}): expected "

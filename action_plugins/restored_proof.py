@@ -16,6 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
 from serving_rollout.module_utils.container_truth import identity_problems, inspect_identity_argv
+from serving_rollout.module_utils.engine_adapters import log_failure
 from serving_rollout.play.actions import PlayAction
 
 display = Display()
@@ -94,11 +95,10 @@ class ActionModule(PlayAction):
         proof["scan"] = scan
         # Ready is HTTP's (the restore waited for the health route); the log must show no crash and no error
         # signature the original's own healthy start did not have.
-        new = scan["errors"] + scan.get("warnings", [])  # errors, and warnings its own start did not print
-        if scan["crashed"] or new:
-            raise AnsibleActionFail(
-                f"restored invocation {scan.get('invocation_id')} (phase {scan.get('phase')}): "
-                f"{('crash: ' + str(scan.get('cause')) + '; ') if scan['crashed'] else ''}errors {new}")
+        failure = log_failure(scan)  # errors, and warnings its own start did not print
+        if failure:
+            raise AnsibleActionFail(f"restored invocation {scan.get('invocation_id')} (phase {scan.get('phase')}): "
+                                    f"{failure}")
         gates = a.get("gates") or []
         records = self.module("engine_gate", base_url=a["base_url"], runs=[{"gate": gate} for gate in gates],
                               model=a["model"], **({"api_key_var": a["api_key_var"]} if a.get("api_key_var") else {}),

@@ -16,13 +16,13 @@ description:
     on TTFT or E2E and at least one is better.
   - Read-only - arithmetic on the controller; supports check mode.
 options:
-  cells:
+  arms:
     description: >-
-      Cells as {name, baseline (list of bracket request lists), candidate (request list), contract_violations,
-      sequential ({look, looks, design}: the candidate's last look and the cell's looks, from the ab_look
-      filter), conditions ({baseline, candidate})}.
-    type: list
-    elements: dict
+      Each arm's cells as its latency_arm loop returned them, {baseline-1, candidate, baseline-2: [cell...]}
+      (the rollout role's rollout_cells_by_arm); matched here by name, one cell per cell of baseline-1 - both
+      brackets' requests against the candidate's, its last sequential look, the arms' conditions, what disturbed
+      them and the output-contract violations. An arm or a cell missing fails, naming it.
+    type: dict
     required: true
   min_effect: {description: Smallest relative change that counts., type: float, default: 0.02}
   alpha:
@@ -49,7 +49,7 @@ requirements: [numpy, scipy]
 EXAMPLES = r"""
 - name: Judge the cells
   ab_verdict:
-    cells: "{{ cells }}"
+    arms: "{{ rollout_cells_by_arm }}"
 """
 
 RETURN = r"""

@@ -624,6 +624,16 @@ def read_log(engine, text, known=(), stop_requested=False):
     }
 
 
+
+def log_failure(read):
+    """What a read log (read_log's result) shows wrong, or None: a crash's cause, else the error lines and the
+    warnings new against the original's own start. The one judgement of a candidate's start-up, a restored
+    original's journal and the journal after an endurance cell."""
+    if read.get("crashed"):
+        return str(read.get("cause"))
+    new = [*(read.get("errors") or []), *(read.get("warnings") or [])]
+    return f"error lines new against the original: {' | '.join(map(str, new))}" if new else None
+
 # The backend of the engine's distributed world: vLLM names it (`... backend=gloo` on CPU,
 # `backend=nccl` on GPUs); NCCL's own lines prove an NCCL communicator for any engine.
 _BACKEND_RE = re.compile(r"world_size=\d+ rank=\d+ .*\bbackend=(\w+)")

@@ -9,6 +9,7 @@ import statistics
 
 from serving_rollout.module_utils import engine_metrics
 from serving_rollout.module_utils.conditions import median_conditions
+from serving_rollout.module_utils.engine_adapters import log_failure
 
 
 def cell_size(arm, requests, chunk, bracket, sequential):
@@ -153,12 +154,8 @@ def endurance_failure(verdict, scan):
     candidate's journal read after it (journal_scan's scan: a crash, or error lines new under load)."""
     if not verdict.get("ok"):
         return verdict.get("reason") or "endurance: failed"
-    if scan.get("crashed"):
-        return f"endurance: {scan.get('cause')}"
-    new = (scan.get("errors") or []) + (scan.get("warnings") or [])  # a warning new under load counts too
-    if new:
-        return f"endurance: error lines new in the journal under load: {' | '.join(map(str, new))}"
-    return None
+    failure = log_failure(scan)  # a warning new under load counts too
+    return f"endurance: {failure}" if failure else None
 
 
 def stalled(chunk, timeout_s):
@@ -169,3 +166,32 @@ def stalled(chunk, timeout_s):
         return (f"the engine stalled (a hang): all {len(records)} requests of the last chunk timed out after "
                 f"{float(timeout_s):g} s each")
     return None
+
+
+ARMS = ("baseline-1", "candidate", "baseline-2")
+
+
+def matched_cells(by_arm):
+    """{arm: [cell...]} (each arm's latency_arm cells) -> the matched cells ab_verdict judges, one per cell of
+    baseline-1: {name, baseline (both brackets' requests), candidate, sequential, conditions, disturbed,
+    contract_violations}. ValueError names a missing arm or a cell missing from an arm."""
+    missing = [arm for arm in ARMS if not isinstance((by_arm or {}).get(arm), list)]
+    if missing:
+        raise ValueError(f"the A/B verdict needs the cells of arms {list(ARMS)}; missing {missing}")
+    cells = []
+    for first in by_arm["baseline-1"]:
+        arms = {arm: next((c for c in by_arm[arm] if c.get("name") == first.get("name")), None) for arm in ARMS}
+        absent = [arm for arm, cell in arms.items() if cell is None or "requests" not in cell]
+        if absent:
+            raise ValueError(f"cell {first.get('name')!r} is missing from arms {absent}")
+        cells.append({"name": first["name"],
+                      "baseline": [arms["baseline-1"]["requests"], arms["baseline-2"]["requests"]],
+                      "candidate": arms["candidate"]["requests"],
+                      "sequential": arms["candidate"].get("sequential"),
+                      "conditions": {"baseline": arms["baseline-1"].get("conditions"),
+                                     "candidate": arms["candidate"].get("conditions")},
+                      "disturbed": [f"{arm}: {d}" for arm in ("candidate", "baseline-2")
+                                    for d in arms[arm].get("disturbed") or []],
+                      "contract_violations": [dict(v, arm=arm) for arm, cell in arms.items()
+                                              for v in cell.get("contract_violations") or []]})
+    return cells

@@ -255,13 +255,22 @@ def test_the_ab_verdict_action_judges_in_process_and_names_a_bad_cell():
         connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/unused"))
         return action_class("ab_verdict")(task, connection, None, None, None).run(task_vars={})
 
-    result = run({"cells": [cell(31, cand_e2e=0.90)]})
+    def arms(matched):  # the arms' cells as latency_arm returns them
+        return {"baseline-1": [{"name": matched["name"], "requests": matched["baseline"][0],
+                                "contract_violations": []}],
+                "candidate": [{"name": matched["name"], "requests": matched["candidate"], "contract_violations": []}],
+                "baseline-2": [{"name": matched["name"], "requests": matched["baseline"][1],
+                                "contract_violations": []}]}
+
+    result = run({"arms": arms(cell(31, cand_e2e=0.90))})
     assert result["changed"] is False and result["decision"]["decision"] == "acceptable"
     assert result["cells"][0]["metrics"]["e2e_s"]["verdict"] == "better"
-    with pytest.raises(AnsibleActionFail, match=r"cells\[0\] lacks \['candidate'\]"):
-        run({"cells": [{"name": "c", "baseline": []}]})
+    with pytest.raises(AnsibleActionFail, match=r"cell '4k' is missing from arms \['candidate'\]"):
+        run({"arms": {**arms(cell(33)), "candidate": [{"name": "other", "requests": []}]}})
+    with pytest.raises(AnsibleActionFail, match=r"missing \['baseline-2'\]"):
+        run({"arms": {k: v for k, v in arms(cell(34)).items() if k != "baseline-2"}})
     with pytest.raises(AnsibleActionFail, match="alpha.*given: {'alpha': 'not a number'}"):
-        run({"cells": [cell(32)], "alpha": "not a number"})
+        run({"arms": arms(cell(32)), "alpha": "not a number"})
 
 
 UPGRADE_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": [], "noninferior_margin": 0.05}

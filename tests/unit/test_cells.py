@@ -299,7 +299,7 @@ def test_a_crash_or_a_new_error_line_under_load_fails_a_steady_endurance_cell():
     assert arm.endurance_failure(steady, crash) == "endurance: CUDA error: an illegal memory access was encountered"
     errors = {"crashed": False, "errors": ["NCCL WARN Cuda failure 'out of memory'", "RuntimeError: NCCL error"]}
     assert arm.endurance_failure(steady, errors) == (
-        "endurance: error lines new in the journal under load: NCCL WARN Cuda failure 'out of memory' | "
+        "endurance: error lines new against the original: NCCL WARN Cuda failure 'out of memory' | "
         "RuntimeError: NCCL error")
 
 
