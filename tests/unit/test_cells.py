@@ -1,9 +1,9 @@
 """Latency cells against the engine double: per-request records, contract, failures, telemetry."""
 
 import json
-from pathlib import Path
 
 import pytest
+from module_harness import run_module
 
 from serving_rollout.module_utils.cells import Telemetry, run_cell
 from serving_rollout.module_utils.host_lock import lock_lost
@@ -374,22 +374,7 @@ def test_an_endurance_slice_runs_chunk_after_chunk_on_the_host_until_a_stop_a_fa
 
 def latency_cell_main(args, monkeypatch, capsys):
     """library/latency_cell.py's main with `args`, as AnsiballZ runs it: its exit_json or fail_json document."""
-    import importlib.util
-
-    from ansible.module_utils import basic
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    from serving_rollout.module_utils import cells
-
-    spec = importlib.util.spec_from_file_location("latency_cell", Path(cells.__file__).parents[1] / "library" /
-                                                  "latency_cell.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # what AnsiballZ sets before main
-    with pytest.raises(SystemExit):
-        module.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module("latency_cell", args, monkeypatch, capsys)
 
 
 def test_latency_cell_stops_before_its_chunk_when_the_lock_is_another_runs_and_names_an_unwritable_lease(

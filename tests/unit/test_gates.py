@@ -163,28 +163,13 @@ def test_engine_gate_runs_several_gates_in_one_module_run_each_on_its_url_and_ev
         engine_double, monkeypatch, capsys):
     """library/engine_gate.py in-process, as AnsiballZ runs it: runs of a candidate's gates and a routed one, the
     second engine URL answering nothing (its gate failed, named, and the next still run)."""
-    import importlib.util
-    import json
-    from pathlib import Path
+    from module_harness import run_module
 
-    from ansible.module_utils import basic
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    from serving_rollout.module_utils import gates
-
-    spec = importlib.util.spec_from_file_location("engine_gate", Path(gates.__file__).parents[1] / "library" /
-                                                  "engine_gate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     double = engine_double()
     dead = f"http://127.0.0.1:{free_port()}"
     args = {"base_url": double.url, "phase": "candidate", "timeout_s": 10, "runs": [
         {"gate": "smoke"}, {"gate": "json", "base_url": dead, "phase": "candidate-routed"}, {"gate": "json"}]}
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # what AnsiballZ sets before main
-    with pytest.raises(SystemExit):
-        module.main()
-    out = json.loads(capsys.readouterr().out)
+    out = run_module("engine_gate", args, monkeypatch, capsys)
     assert out["record"] is None and not out.get("failed"), out
     assert [(r["gate"], r["phase"], r["engine"], r["verdict"]) for r in out["records"]] == [
         ("smoke", "candidate", double.url, "pass"), ("json", "candidate-routed", dead, "fail"),
