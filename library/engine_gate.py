@@ -14,9 +14,6 @@ description:
     with the reason.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
-  base_url:
-    description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
-    type: str
   gate:
     description: Which gate (this or C(runs)).
     type: str
@@ -55,17 +52,6 @@ options:
     description: Regular expression every contract word must match.
     type: str
     default: "^[A-Z]+[0-9]+$"
-  model:
-    description: Model id sent in requests (C(default) when neither it nor C(connection) names one).
-    type: str
-  api_key_var:
-    description: Name of the variable holding the API key in C(env_files).
-    type: str
-  env_files:
-    description: EnvironmentFiles to read C(api_key_var) from.
-    type: list
-    elements: path
-    default: []
   timeout_s:
     description: Time limit of one request.
     type: float
@@ -78,7 +64,7 @@ options:
     description: Fail the task when the gate fails.
     type: bool
     default: false
-extends_documentation_fragment: [engine_connection]
+extends_documentation_fragment: [engine_connection, engine_request]
 author: serving-rollout
 """
 
@@ -106,7 +92,7 @@ records:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
+from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.gates import GATES, run_gate
 
@@ -114,8 +100,7 @@ from ansible.module_utils.gates import GATES, run_gate
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str"},
-            "connection": CONNECTION_SPEC,
+            **ENGINE_ARGS,
             "gate": {"type": "str", "choices": sorted(GATES)},
             "runs": {"type": "list", "elements": "dict", "options": {
                 "gate": {"type": "str", "required": True, "choices": sorted(GATES)},
@@ -124,9 +109,6 @@ def main():
             "depth": {"type": "float", "default": 0.5},
             "contract_words": {"type": "int", "default": 32},
             "contract_pattern": {"type": "str", "default": "^[A-Z]+[0-9]+$"},
-            "model": {"type": "str"},
-            "api_key_var": {"type": "str"},
-            "env_files": {"type": "list", "elements": "path", "default": []},
             "timeout_s": {"type": "float", "default": 60},
             "phase": {"type": "str", "default": ""},
             "fail_on_fail": {"type": "bool", "default": False},

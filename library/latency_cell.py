@@ -26,15 +26,11 @@ description:
     file is all it writes.
   - Runs on the host so the API key stays there. Sends load to the engine; changes nothing else.
 options:
-  base_url: {description: Engine URL on the host (required here or in C(connection))., type: str}
   name: {description: Cell name (e.g. 4k)., type: str, required: true}
   arm: {description: Arm label (baseline-1, candidate, baseline-2)., type: str, required: true}
   prompt_tokens: {description: Target prompt size in tokens (words)., type: int, required: true}
   requests: {description: Requests in the cell., type: int, default: 12}
   concurrency: {description: Requests in flight., type: int, default: 1}
-  model: {description: Model id sent in requests (C(default) when neither it nor C(connection) names one)., type: str}
-  api_key_var: {description: Variable holding the API key in env_files., type: str}
-  env_files: {description: EnvironmentFiles to read api_key_var from., type: list, elements: path, default: []}
   contract_words: {description: Exact word count of each answer., type: int, default: 32}
   contract:
     description: >-
@@ -84,7 +80,7 @@ options:
   condition_limits:
     description: How far conditions may differ (cpu_busy, cpu_steal, temp_c, power_frac); defaults in module_utils/conditions.py.
     type: dict
-extends_documentation_fragment: [engine_connection]
+extends_documentation_fragment: [engine_connection, engine_request]
 author: serving-rollout
 """
 
@@ -141,7 +137,7 @@ import contextlib
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cells import may_go_on, run_for
-from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
+from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.host_commands import runner
 from ansible.module_utils.host_lock import Refused
@@ -151,16 +147,12 @@ from ansible.module_utils.watchdog import LeaseKeeper
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str"},
-            "connection": CONNECTION_SPEC,
+            **ENGINE_ARGS,
             "name": {"type": "str", "required": True},
             "arm": {"type": "str", "required": True},
             "prompt_tokens": {"type": "int", "required": True},
             "requests": {"type": "int", "default": 12},
             "concurrency": {"type": "int", "default": 1},
-            "model": {"type": "str"},
-            "api_key_var": {"type": "str"},
-            "env_files": {"type": "list", "elements": "path", "default": []},
             "contract_words": {"type": "int", "default": 32},
             "contract": {"type": "str", "default": "words", "choices": ["words", "tokens"]},
             "contract_tokens": {"type": "int", "default": 48},

@@ -18,9 +18,6 @@ description:
     failure.
   - Read-only - it sends requests to the engine and changes nothing on the host (check mode too).
 options:
-  base_url:
-    description: Engine URL, e.g. http://127.0.0.1:30000 (required, here or in C(connection)).
-    type: str
   prompts:
     description: How many fixed prompts (1-256).
     type: int
@@ -38,17 +35,6 @@ options:
       - A tolerance name (exact, reduction-order, kernels) or a mapping with max_logprob_drift and
         tie_margin; empty - recorded, not judged.
     type: raw
-  model:
-    description: Model id sent in requests (C(default) when neither it nor C(connection) names one).
-    type: str
-  api_key_var:
-    description: Name of the variable holding the API key in C(env_files).
-    type: str
-  env_files:
-    description: EnvironmentFiles to read C(api_key_var) from.
-    type: list
-    elements: path
-    default: []
   timeout_s:
     description: Time limit of one request.
     type: float
@@ -57,7 +43,7 @@ options:
     description: Recorded with the result (baseline, candidate, restored).
     type: str
     default: ""
-extends_documentation_fragment: [engine_connection]
+extends_documentation_fragment: [engine_connection, engine_request]
 author: serving-rollout
 """
 
@@ -88,7 +74,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_client import CONNECTION_SPEC, connect_module
+from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.equivalence import EquivalenceError, compare, probe, tolerance
 
@@ -106,15 +92,11 @@ def record_for(result, reference, spec):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "base_url": {"type": "str"},
-            "connection": CONNECTION_SPEC,
+            **ENGINE_ARGS,
             "prompts": {"type": "int", "default": 16},
             "tokens": {"type": "int", "default": 32},
             "reference": {"type": "list", "elements": "dict"},
             "tolerance": {"type": "raw"},
-            "model": {"type": "str"},
-            "api_key_var": {"type": "str"},
-            "env_files": {"type": "list", "elements": "path", "default": []},
             "timeout_s": {"type": "float", "default": 120},
             "phase": {"type": "str", "default": ""},
         },

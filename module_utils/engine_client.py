@@ -202,6 +202,10 @@ CONNECTION_SPEC = {"type": "dict", "default": {},
                    "options": {"base_url": {"type": "str"}, "model": {"type": "str"}, "api_key_var": {"type": "str"},
                                "env_files": {"type": "list", "elements": "path"}}}
 CONNECTION = tuple(CONNECTION_SPEC["options"])
+# A module that sends the engine requests takes the connection and the four values it spreads (their documentation:
+# doc_fragments/engine_request.py).
+ENGINE_ARGS = {"base_url": {"type": "str"}, "connection": CONNECTION_SPEC, "model": {"type": "str"},
+               "api_key_var": {"type": "str"}, "env_files": {"type": "list", "elements": "path", "default": []}}
 
 
 def connected(params):
