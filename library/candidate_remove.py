@@ -54,18 +54,11 @@ reset_failed:
 """
 
 import os
-import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_commands import host_run
+from ansible.module_utils.host_files import remove_path
 from ansible.module_utils.put_back import candidate_paths
-
-
-def remove(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
 
 
 def main():
@@ -82,7 +75,7 @@ def main():
         module.exit_json(changed=bool(removed), removed=removed, reset_failed=False)
     for path in removed:
         try:
-            remove(path)
+            remove_path(path)
         except OSError as exc:
             module.fail_json(msg=f"cannot remove {path}: {exc}", removed=removed)
     if set(removed) & set(units):

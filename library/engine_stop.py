@@ -64,28 +64,8 @@ remaining:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import host_run, runner
-from ansible.module_utils.unit_recipe import redact_argv
-from ansible.module_utils.unit_stop import GONE, active_state, stop
-
-
-def unit_processes(module, unit):
-    """pid and redacted command line of every process in the unit's cgroup."""
-    _, group, _ = host_run(module, ["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit])
-    found = []
-    try:
-        with open(f"/sys/fs/cgroup{group.strip()}/cgroup.procs") as handle:
-            pids = [int(x) for x in handle.read().split()]
-    except (OSError, ValueError):
-        return found
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().decode(errors="replace").strip("\0").split("\0")
-        except OSError:
-            continue
-        found.append({"pid": pid, "cmdline": " ".join(redact_argv(argv))[:200]})
-    return found
+from ansible.module_utils.host_commands import runner
+from ansible.module_utils.unit_stop import GONE, active_state, stop, unit_processes
 
 
 def main():
@@ -107,7 +87,7 @@ def main():
                          elapsed_s=0.0, how=f"check mode: {p['unit']} is {state}")
     result = stop(p["unit"], p["deadline_s"], runner(module), kill_wait_s=p["kill_wait_s"])
     if not result["stopped"]:
-        module.fail_json(msg=result["how"], remaining=unit_processes(module, p["unit"]), **result)
+        module.fail_json(msg=result["how"], remaining=unit_processes(runner(module), p["unit"]), **result)
     module.exit_json(**result)
 
 

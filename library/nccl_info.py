@@ -59,29 +59,14 @@ nccl:
       type: dict
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import host_run
+from ansible.module_utils.host_commands import runner
 from ansible.module_utils.nccl_facts import (
-    decode_version,
-    image_probe_command,
+    image_versions,
     loaded_version,
     p2p_in_effect,
     parse_log,
 )
-
-
-def image_versions(module, runtime, image):
-    rc, out, err = host_run(module, image_probe_command(runtime, image))
-    if rc != 0:
-        return {"reason": f"{runtime} run {image} failed (rc={rc}): {err.strip()[-500:]}"}
-    try:
-        found = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"reason": f"unexpected output from the image probe: {out[-300:]!r}"}
-    return {lib: {"code": v, "version": decode_version(v)} if isinstance(v, int) and v > 0
-            else {"reason": str(v)} for lib, v in found.items()}
 
 
 def main():
@@ -100,7 +85,7 @@ def main():
     params = module.params
     result = {"library": loaded_version(params["library"])}
     if params["image"]:
-        result["image"] = image_versions(module, params["runtime"], params["image"])
+        result["image"] = image_versions(runner(module), params["runtime"], params["image"])
     text = params["log_text"]
     if params["log_path"]:
         try:

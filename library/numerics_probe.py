@@ -76,17 +76,7 @@ record:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
-from ansible.module_utils.equivalence import EquivalenceError, compare, probe, tolerance
-
-
-def record_for(result, reference, spec):
-    """The probe's verdict: an error when a request failed; else the comparison's, when a reference is given."""
-    if result["errors"]:
-        return {"verdict": "error", "reason": "the numerics probe got no answer: " + "; ".join(result["errors"][:3])}
-    if reference is None:
-        return {"verdict": "pass", "reason": f"{len(result['answers'])} greedy answers recorded"}
-    comparison = compare(reference, result["answers"], spec)
-    return {"verdict": comparison["verdict"], "reason": comparison["reason"], "comparison": comparison}
+from ansible.module_utils.equivalence import EquivalenceError, probe, record_for, tolerance
 
 
 def main():

@@ -66,12 +66,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import write_atomic
-
-
-def phase_record(unit, candidate_unit, phase, run_id):
-    """The state file's content: the run id only while a run is under way."""
-    record = {"unit": unit, "candidate": candidate_unit, "phase": phase}
-    return record if phase == "restored" else dict(record, run_id=run_id)
+from ansible.module_utils.put_back import phase_record
 
 
 def main():

@@ -165,3 +165,13 @@ def compare(reference, answers, spec):
     return {**out, "verdict": verdict,
             "reason": summary if not reasons else f"numerics differ beyond {spec['name']}: " + "; ".join(reasons[:3])
             + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "") + f" [{summary}]"}
+
+
+def record_for(result, reference, spec):
+    """The probe's verdict: an error when a request failed; else the comparison's, when a reference is given."""
+    if result["errors"]:
+        return {"verdict": "error", "reason": "the numerics probe got no answer: " + "; ".join(result["errors"][:3])}
+    if reference is None:
+        return {"verdict": "pass", "reason": f"{len(result['answers'])} greedy answers recorded"}
+    comparison = compare(reference, result["answers"], spec)
+    return {"verdict": comparison["verdict"], "reason": comparison["reason"], "comparison": comparison}

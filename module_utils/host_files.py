@@ -2,6 +2,7 @@
 space a full disk's message names; a process's parent and start time."""
 
 import os
+import shutil
 import tempfile
 
 
@@ -50,3 +51,11 @@ def proc_stat(pid, proc_root="/proc"):
     except (OSError, IndexError):
         return None
     return int(after_comm[1]), after_comm[19]  # fields 4 and 22
+
+
+def remove_path(path):
+    """A file, a link or a whole folder removed."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)

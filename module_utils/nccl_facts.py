@@ -5,6 +5,7 @@ differ on one host (the H200 observation has 2.28.9 in torch and 2.28.3 on the h
 """
 
 import ctypes
+import json
 import os
 import re
 
@@ -219,3 +220,16 @@ def p2p_proof(parsed):
 def p2p_in_effect(parsed):
     """True when P2P carries every local connection and every rank sends and receives over it."""
     return p2p_proof(parsed)["in_effect"]
+
+
+def image_versions(run, runtime, image):
+    """The NCCL and CUDA versions inside `image`, asked by running it once (`run`: host_commands' runner)."""
+    rc, out, err = run(image_probe_command(runtime, image))
+    if rc != 0:
+        return {"reason": f"{runtime} run {image} failed (rc={rc}): {err.strip()[-500:]}"}
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"reason": f"unexpected output from the image probe: {out[-300:]!r}"}
+    return {lib: {"code": v, "version": decode_version(v)} if isinstance(v, int) and v > 0
+            else {"reason": str(v)} for lib, v in found.items()}

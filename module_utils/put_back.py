@@ -58,3 +58,9 @@ def candidate_paths(candidate_unit, unit, state_dir):
     units = [f"/etc/systemd/system/{candidate_unit}", f"/etc/systemd/system/{candidate_unit}.d",
              quadlet, f"{quadlet}.d"]
     return units, [os.path.join(state_dir, unit, "candidate-env")]
+
+
+def phase_record(unit, candidate_unit, phase, run_id):
+    """The state file's content: the run id only while a run is under way."""
+    record = {"unit": unit, "candidate": candidate_unit, "phase": phase}
+    return record if phase == "restored" else dict(record, run_id=run_id)

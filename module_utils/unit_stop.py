@@ -9,6 +9,8 @@ unit, and if something still lives names it.
 
 import time
 
+from .unit_recipe import redact_argv
+
 GONE = ("inactive", "failed")
 
 
@@ -95,3 +97,22 @@ def stop(unit, deadline_s, run, kill_wait_s=10.0, clock=time.monotonic, sleep=ti
                        f"does); killed (SIGKILL to every process of the unit), stopped in {took:.1f} s"}
     return {"changed": True, "stopped": False, "escalated": True, "elapsed_s": took, "state": now,
             "how": f"{unit} still {now} {took:.0f} s after its stop and a SIGKILL of every process"}
+
+
+def unit_processes(run, unit):
+    """pid and redacted command line of every process in the unit's cgroup."""
+    _, group, _ = run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit])
+    found = []
+    try:
+        with open(f"/sys/fs/cgroup{group.strip()}/cgroup.procs") as handle:
+            pids = [int(x) for x in handle.read().split()]
+    except (OSError, ValueError):
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").strip("\0").split("\0")
+        except OSError:
+            continue
+        found.append({"pid": pid, "cmdline": " ".join(redact_argv(argv))[:200]})
+    return found

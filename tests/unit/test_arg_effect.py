@@ -1,20 +1,15 @@
 """A candidate's engine-argument control proven from the engine's own configuration dump
 (engine_adapters.arg_effect, journal_scan's arg_effect), and gates that cannot qualify."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
 
 from serving_rollout.module_utils import controls, engine_adapters
+from serving_rollout.module_utils import journal_reading as journal_scan
 from serving_rollout.module_utils.gates import not_qualified_records
 
-# The module as a file, the way Ansible runs it (library/ is not a package).
-_spec = importlib.util.spec_from_file_location("journal_scan", REPO / "library" / "journal_scan.py")
-journal_scan = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(journal_scan)
 proven_arg = journal_scan.proven_arg
 
 LAB = {e["id"]: e for e in yaml.safe_load(

@@ -1,14 +1,8 @@
 """journal_scan's redaction of log lines: secret-named words (the same words as unit_recipe's)
 and the EnvironmentFiles' secret values."""
 
-import importlib.util
 
-from conftest import REPO
-
-# The module as a file, the way Ansible runs it (library/ is not a package).
-_spec = importlib.util.spec_from_file_location("journal_scan", REPO / "library" / "journal_scan.py")
-journal_scan = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(journal_scan)
+from serving_rollout.module_utils import journal_reading as journal_scan
 
 
 def test_log_lines_lose_every_secret_named_value_and_known_secret():

@@ -5,7 +5,6 @@ one candidate ignoring SIGTERM until SIGKILL); the lab runs the watchdog under r
 (test_rollout_faults.py: the lost controller; test_trust.py: a rollback killed after its take-over)."""
 
 import hashlib
-import importlib.util
 import inspect
 import json
 import os
@@ -15,13 +14,8 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
 
 from serving_rollout.module_utils import put_back, unit_stop, watchdog
-
-_spec = importlib.util.spec_from_file_location("rollout_phase", REPO / "library" / "rollout_phase.py")
-rollout_phase = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rollout_phase)
 
 UNIT, CANDIDATE = "sglang.service", "srtest-absent-candidate.service"  # no such unit file under /etc
 
@@ -89,7 +83,7 @@ def test_a_lapsed_lease_restores_as_a_restore_does_and_writes_what_rollout_phase
     assert said[1] == f"stop --no-block -- {CANDIDATE}" and "kill" not in " ".join(said)
     assert said.index(f"start -- {UNIT}") > said.index(f"stop --no-block -- {CANDIDATE}")
     assert said.index("daemon-reload") > said.index(f"start -- {UNIT}")
-    expected = json.dumps(rollout_phase.phase_record(UNIT, CANDIDATE, "restored", "r"), indent=4, sort_keys=True)
+    expected = json.dumps(put_back.phase_record(UNIT, CANDIDATE, "restored", "r"), indent=4, sort_keys=True)
     assert (host["state"] / UNIT / "state.json").read_text() == expected + "\n"  # what a rollback rewrites nothing of
     record = json.loads((host["state"] / UNIT / "watchdog-20261203T190000Z-ab12.json").read_text())
     assert record["original"] == "active" and record["failures"] == [] and record["edited"] == []

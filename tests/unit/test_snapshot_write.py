@@ -1,16 +1,11 @@
-"""serving_snapshot's write (library/serving_snapshot.py write_snapshot), in a temporary folder: a manifest that
+"""serving_snapshot's write (module_utils/snapshot_take.py write_snapshot), in a temporary folder: a manifest that
 cannot be written (here: a folder in its place, as a full disk fails a write) takes this attempt's copies - a
 secret-bearing EnvironmentFile's among them - back, puts an earlier snapshot back as it was, and says so only
 after checking."""
 
-import importlib.util
 import json
 
-from conftest import REPO
-
-_spec = importlib.util.spec_from_file_location("serving_snapshot", REPO / "library" / "serving_snapshot.py")
-serving_snapshot = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(serving_snapshot)
+from serving_rollout.module_utils import snapshot_take as serving_snapshot
 
 
 def files(tmp_path, secret):
