@@ -120,160 +120,8 @@ summary:
   returned: always
 """
 
-import os
-import re
-import signal
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_adapters import process_title_pattern
-from ansible.module_utils.gpu_release import release_problem, release_summary
-from ansible.module_utils.nvml_facts import wedged_gpus
-from ansible.module_utils.unit_recipe import redact_argv
-
-
-def unit_of(pid):
-    """The systemd unit (service or scope) a process runs in, from its cgroup path."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as handle:
-            for line in handle:
-                for part in reversed(line.strip().split("/")):
-                    if part.endswith((".service", ".scope")):
-                        return part
-    except OSError:
-        pass
-    return None
-
-
-def nvml_processes():
-    try:
-        import pynvml as nvml
-
-        nvml.nvmlInit()
-    except Exception:  # no binding or no driver: the process scan answers instead
-        return None
-    try:
-        found = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                found.append({"gpu": index, "pid": proc.pid, "used_memory": proc.usedGpuMemory,
-                              "unit": unit_of(proc.pid)})
-        return found
-    finally:
-        nvml.nvmlShutdown()
-
-
-def nvml_busy():
-    """Per GPU: index, utilisation (percent) and power draw (W), or None without NVML."""
-    try:
-        import pynvml as nvml
-
-        nvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        readings = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            readings.append({"index": index, "util_pct": nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                             "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0})
-        return readings
-    finally:
-        nvml.nvmlShutdown()
-
-
-def scan_processes(pattern):
-    regex = re.compile(pattern)
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in (me, os.getppid()):
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv = handle.read().decode(errors="replace").strip("\0").split("\0")
-        except OSError:
-            continue
-        cmdline = " ".join(argv)
-        if cmdline and regex.search(cmdline) and "gpu_free" not in cmdline and "AnsiballZ" not in cmdline:
-            # Another process's arguments can hold secrets (--api-key ...): shown by the allow-list only.
-            found.append({"pid": int(entry), "cmdline": " ".join(redact_argv(argv))[:200], "unit": unit_of(entry)})
-    return found
-
-
-def find(module):
-    processes = nvml_processes()
-    if processes is not None:
-        return "nvml", processes
-    if not module.params["pattern"]:
-        module.fail_json(msg="NVML is not available and no process pattern was given to find GPU workers")
-    try:
-        return "process-scan", scan_processes(module.params["pattern"])
-    except re.error as exc:
-        module.fail_json(msg=f"pattern {module.params['pattern']!r} is not a regular expression: {exc}")
-
-
-def cmdline_of(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().decode(errors="replace").replace("\0", " ").strip()
-    except OSError:
-        return ""
-
-
-def is_engines(process, engine_pattern, engine_units):
-    """A process is the stopped engine's when its command line says so or it lives in an engine unit."""
-    cmdline = cmdline_of(process["pid"])
-    return bool((engine_pattern and re.search(engine_pattern, cmdline)) or process.get("unit") in engine_units)
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited: only its parent's wait is missing
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def terminate(processes, grace_s):
-    """SIGTERM each, SIGKILL what still lives after grace_s; returns them with the signal that ended each."""
-    ended = []
-    for process in processes:
-        try:
-            os.kill(process["pid"], signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace_s
-    while any(alive(p["pid"]) for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for process in processes:
-        signal_name = "SIGTERM"
-        if alive(process["pid"]):
-            signal_name = "SIGKILL"
-            try:
-                os.kill(process["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        ended.append({**process, "ended_by": signal_name})
-    return ended
-
-
-def finish(module, **result):
-    """Exit with the console summary; with require_free, fail when the GPUs are not free."""
-    p = module.params
-    summary = release_summary(result["waited_s"], result.get("terminated") or [])
-    problem = release_problem(result["source"], result["processes"], result.get("foreign") or [],
-                              result["wedged"] or [], p["timeout_s"]) if p["require_free"] else None
-    if problem:
-        module.fail_json(msg=f"{summary}; {problem}" if summary else problem, summary=summary, **result)
-    module.exit_json(summary=summary, **result)
+from ansible.module_utils.gpu_release import GpuError, free_gpus
 
 
 def main():
@@ -289,32 +137,10 @@ def main():
                                           "require_free": {"type": "bool", "default": False}},
                            supports_check_mode=True)
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
-    started = time.monotonic()
-    source, found = find(module)
-    while found and time.monotonic() - started < module.params["timeout_s"]:
-        time.sleep(1.0)
-        source, found = find(module)
-    p = module.params
-    if not p["terminate"] or not found:
-        readings = nvml_busy() if source == "nvml" else None
-        wedged = None if readings is None else wedged_gpus(readings, found, p["wedged_util_pct"])
-        finish(module, changed=False, source=source, processes=found, waited_s=time.monotonic() - started,
-               wedged=wedged, **({"terminated": [], "foreign": []} if p["terminate"] else {}))
-    titles = process_title_pattern(p["engine"])
-    engine_pattern = "|".join(x for x in (p["engine_pattern"], titles) if x)
     try:
-        engines = [f for f in found if is_engines(f, engine_pattern, p["engine_units"])]
-    except re.error as exc:
-        module.fail_json(msg=f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}")
-    foreign = [f for f in found if f not in engines]
-    waited_s = time.monotonic() - started
-    ended = [] if module.check_mode or not engines else terminate(engines, p["grace_s"])
-    time.sleep(0.5 if ended else 0)  # a killed process leaves the GPU a moment after its exit
-    source, left = find(module)
-    readings = nvml_busy() if source == "nvml" else None
-    finish(module, changed=bool(ended) or (module.check_mode and bool(engines)), source=source, processes=left,
-           terminated=engines if module.check_mode else ended, foreign=foreign, waited_s=waited_s,
-           wedged=None if readings is None else wedged_gpus(readings, left, p["wedged_util_pct"]))
+        module.exit_json(**free_gpus(module.params, module.check_mode))
+    except GpuError as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 
 if __name__ == "__main__":

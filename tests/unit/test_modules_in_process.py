@@ -90,3 +90,32 @@ def test_serving_snapshot_keeps_a_verified_copy_once_and_never_overwrites_it_for
     assert refused["both_versions"] == [f"{env}: variables changed: HF_TOKEN"], refused["both_versions"]
     assert open(copies[1]).read() == "HF_TOKEN=hf_planted_secret_value\n"  # the verified copy kept as it was
     assert "hf_rotated_secret_value" not in json.dumps(refused) and "hf_planted" not in json.dumps(refused)
+
+
+# ---- gpu_free in-process with real processes (the process scan NVML's absence leaves here) ------------------
+
+def test_gpu_free_ends_the_stopped_engines_straggler_and_never_touches_a_foreign_process(monkeypatch, capsys):
+    import subprocess
+    import sys
+    import uuid
+
+    mark = f"gpu-worker-{uuid.uuid4().hex[:8]}"
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+            "time.sleep(120)  # " + mark)
+    # the straggler ignores SIGTERM (SIGKILL after the grace ends it); each says when its handler is in place
+    straggler = subprocess.Popen([sys.executable, "-c", code + " engine"], stdout=subprocess.PIPE, text=True)
+    foreign = subprocess.Popen([sys.executable, "-c", code + " foreign"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert [p.stdout.readline().strip() for p in (straggler, foreign)] == ["ready", "ready"]
+        args = {"pattern": mark, "terminate": True, "engine_pattern": f"{mark} engine", "grace_s": 1,
+                "require_free": True}
+        result = run_module("gpu_free", args, monkeypatch, capsys)
+        assert straggler.wait(10) == -9, result  # ended, by SIGKILL after the grace
+        assert foreign.poll() is None, result  # the foreign process lives
+        assert result["failed"] and f"not the engine's, so not touched: {foreign.pid}" in result["msg"], result
+        assert [(p["pid"], p["ended_by"]) for p in result["terminated"]] == [(straggler.pid, "SIGKILL")], result
+        assert result["source"] == "process-scan" and [p["pid"] for p in result["processes"]] == [foreign.pid]
+    finally:
+        for process in (straggler, foreign):
+            process.kill()
+            process.wait()
