@@ -4,6 +4,7 @@ before it runs any command on the host."""
 
 import json
 import re
+import sys
 
 import pytest
 import yaml
@@ -96,7 +97,6 @@ def test_serving_snapshot_keeps_a_verified_copy_once_and_never_overwrites_it_for
 
 def test_gpu_free_ends_the_stopped_engines_straggler_and_never_touches_a_foreign_process(monkeypatch, capsys):
     import subprocess
-    import sys
     import uuid
 
     mark = f"gpu-worker-{uuid.uuid4().hex[:8]}"
@@ -119,3 +119,18 @@ def test_gpu_free_ends_the_stopped_engines_straggler_and_never_touches_a_foreign
         for process in (straggler, foreign):
             process.kill()
             process.wait()
+
+
+# ---- p2p_check in-process: refusals before any GPU work, its worker really started here (no GPU on this host) ---
+
+def test_p2p_check_refuses_bad_arguments_and_a_host_without_gpus_before_any_gpu_work(monkeypatch, capsys):
+    bad = run_module("p2p_check", {"gpus": [0, 0]}, monkeypatch, capsys)
+    assert bad["failed"] and bad["msg"] == "gpus must be distinct non-negative indices, got [0, 0]", bad
+    unpinned = run_module("p2p_check", {"runtime": "podman", "image": "lmsysorg/sglang:latest"}, monkeypatch, capsys)
+    assert unpinned["failed"] and "image must be pinned by digest, got lmsysorg/sglang:latest" in unpinned["msg"]
+    checked = run_module("p2p_check", {}, monkeypatch, capsys, check_mode=True)
+    assert checked["p2p"] == {"verdict": "skipped", "reason": "check mode: nothing run"}, checked
+    # the real preflight worker, started through host_commands on this GPU-less machine: refused, named
+    refused = run_module("p2p_check", {"python": sys.executable, "budget_s": 60, "test_timeout_s": 60},
+                         monkeypatch, capsys)
+    assert refused["failed"] and refused["msg"].startswith("refused before any GPU work: "), refused
