@@ -30,73 +30,97 @@ CELL_ARGS = ("base_url", "model", "api_key_var", "env_files", "contract_words", 
              "concurrency", "remeasure_max", "condition_limits", "engine")
 
 
+class CellFailed(Exception):
+    """A chunk that failed or a hang: the arm's failed result, its cause named."""
+
+
 class ActionModule(PlayAction):
     def step(self, args, task_vars):
-        host = task_vars.get("inventory_hostname", "host")
         try:
             name = args["cell"]["name"]
             # a throughput cell carries its own concurrency (and requests): whole waves per chunk
-            requests, chunk, bracket, concurrency = arm.cell_shape(
-                args["cell"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
-                int(args.get("concurrency") or 1))
-            n = arm.cell_size(args["arm"], requests, chunk, bracket, bool(args.get("sequential", True)))
-            # the endurance cell: chunks until its time is up, however many requests that takes
-            duration_s = float(args.get("duration_s") or 0)
-            deadline = time.monotonic() + duration_s if duration_s > 0 else None
-            n = 10 ** 9 if deadline else n
+            shape = arm.cell_shape(args["cell"], int(args["requests"]), int(args["chunk"]), int(args["bracket"]),
+                                   int(args.get("concurrency") or 1))
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"latency_arm: bad arguments: {exc!r} in {dict(args)!r:.300}") from exc
+        try:
+            if float(args.get("duration_s") or 0) > 0:
+                return self.endurance(args, task_vars, name, shape)
+            return self.measured_cell(args, task_vars, name, shape)
+        except CellFailed as exc:  # the arm's failure, its cause named; a refusal to go on is raised as it is
+            return {"failed": True, "msg": str(exc)}
+
+    def chunk(self, args, task_vars, name, start, **cell_args):
+        """One chunk of the cell on the host (latency_cell), its refusals raised and its failures named."""
+        result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
+            **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
+            "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"], "first_index": start,
+            **cell_args, **self.guard(args)})
+        if result.get("stopped"):  # the run may not go on: another run took the lock, the candidate crashed
+            raise AnsibleActionFail(result["stopped"])
+        if result.get("failed") or result.get("lease_problem"):
+            raise CellFailed(f"cell {name} {args['arm']}, requests {start + 1}..: "
+                             f"{result.get('lease_problem') or result.get('msg', result)}")
+        return result
+
+    def measured_cell(self, args, task_vars, name, shape):
+        """A cell of an arm: chunk after chunk, its first warmed with the cell's shape; in the candidate arm a hang
+        ends it at once and each chunk is a sequential look against the first bracket (stopping at a clear one)."""
+        requests, chunk, bracket, concurrency = shape
+        n = arm.cell_size(args["arm"], requests, chunk, bracket, args["sequential"])
         first = next((c for c in args.get("first_bracket") or [] if c.get("name") == name), None)
         reference = first.get("conditions") if first and args["arm"] != "baseline-1" else None
-        looks = args["arm"] == "candidate" and bool(args.get("sequential", True)) and first is not None
+        looks = args["arm"] == "candidate" and args["sequential"] and first is not None
         chunks, look, started, start = [], {}, time.monotonic(), 0
-        while True:
-            result = self._execute_module(module_name="latency_cell", task_vars=task_vars, module_args={
-                **{key: args[key] for key in CELL_ARGS if args.get(key) is not None},
-                "name": name, "arm": args["arm"], "prompt_tokens": args["cell"]["prompt_tokens"],
-                "first_index": start, "requests": min(chunk, n - start), "concurrency": concurrency,
-                # the cell's first chunk warms the engine with its shape first (an endurance cell needs none)
-                "warmup": int(args.get("warmup_waves") or 0) * concurrency if start == 0 and not deadline else 0,
-                # an endurance cell runs chunk after chunk on the host, a slice of its time a round trip
-                "for_s": min(ENDURANCE_SLICE_S, max(deadline - time.monotonic(), 0.001)) if deadline else 0,
-                **({"reference_conditions": reference} if reference else {}), **self.guard(args)})
-            if result.get("stopped"):  # the run may not go on: another run took the lock, the candidate crashed
-                raise AnsibleActionFail(result["stopped"])
-            if result.get("failed") or result.get("lease_problem"):
-                return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {start + 1}..: "
-                                               f"{result.get('lease_problem') or result.get('msg', result)}"}
-            got = result["chunks"] if deadline else [result["cell"]]
-            chunks += got
-            begun, start = start, start + sum(len(c["requests"]) for c in got)
-            # (an endurance cell judges a hang itself, with its own hang time: arm.endurance_judgement)
-            hang = arm.stalled(result["cell"], args.get("timeout_s") or 600) \
-                if args["arm"] == "candidate" and not deadline else None
+        while start < n and not look.get("stop"):
+            if chunks:
+                display.display(f"{task_vars.get('inventory_hostname', 'host')}: cell {name} {args['arm']}: "
+                                f"{arm.progress(arm.merge_chunks(chunks), n)}")
+            result = self.chunk(args, task_vars, name, start, requests=min(chunk, n - start), concurrency=concurrency,
+                                warmup=(args["warmup_waves"] * concurrency) if start == 0 else 0,
+                                **({"reference_conditions": reference} if reference else {}))
+            chunks.append(result["cell"])
+            hang = arm.stalled(result["cell"], args.get("timeout_s") or 600) if args["arm"] == "candidate" else None
             if hang:
-                return {"failed": True, "msg": f"cell {name} {args['arm']}, requests {begun + 1}..: {hang}"}
-            so_far = arm.merge_chunks(chunks)
+                raise CellFailed(f"cell {name} {args['arm']}, requests {start + 1}..: {hang}")
+            start += len(result["cell"]["requests"])
             if looks:
-                look = arm.look_at(so_far, first, look=len(chunks), requests=requests,
-                                   chunk=chunk, bracket=bracket, alpha=float(args.get("alpha", 0.05)),
-                                   cells=int(args.get("cells", 1)), min_effect=float(args.get("min_effect", 0.02)),
-                                   rule=args.get("rule"))
-            # an endurance cell stops at its first failure (a hang or an error is its verdict already)
-            if look.get("stop") or start >= n or (deadline and (time.monotonic() >= deadline or so_far["failures"])):
-                break
-            display.display(f"{host}: cell {name} {args['arm']}: "
-                            f"{arm.progress(so_far, f'a {duration_s:g} s run' if deadline else n)}")
-        # a candidate that exited or restarted after its last chunk crashed all the same: never a result
-        if result.get("stopped_after"):
-            raise AnsibleActionFail(result["stopped_after"])
-        # wall time: the chunks' own time plus the checks between them (an endurance cell's length)
-        cell = dict(so_far, wall_s=round(time.monotonic() - started, 1), **({"sequential": look} if look else {}))
-        if args["arm"] == "candidate" and args.get("accept_length_from_log"):
+                look = arm.look_at(arm.merge_chunks(chunks), first, look=len(chunks), requests=requests, chunk=chunk,
+                                   bracket=bracket, alpha=args["alpha"], cells=args["cells"],
+                                   min_effect=args["min_effect"], rule=args.get("rule"))
+        return self.cell_result(args, task_vars, name, result, chunks, started, look)
+
+    def endurance(self, args, task_vars, name, shape):
+        """The endurance cell: chunk after chunk on the host, a slice of its time a round trip, until its time is up
+        or its first failure (a hang or an error is its verdict already); judged with the candidate's journal."""
+        duration_s, concurrency = float(args["duration_s"]), shape[3]
+        chunks, started, start = [], time.monotonic(), 0
+        deadline = started + duration_s
+        while not chunks or (time.monotonic() < deadline and not arm.merge_chunks(chunks)["failures"]):
+            if chunks:
+                display.display(f"{task_vars.get('inventory_hostname', 'host')}: cell {name} {args['arm']}: "
+                                f"{arm.progress(arm.merge_chunks(chunks), f'a {duration_s:g} s run')}")
+            result = self.chunk(args, task_vars, name, start, requests=shape[1], concurrency=concurrency, warmup=0,
+                                for_s=min(ENDURANCE_SLICE_S, max(deadline - time.monotonic(), 0.001)))
+            chunks += result["chunks"]
+            start += sum(len(c["requests"]) for c in result["chunks"])
+        return self.endured(args, task_vars, self.cell_result(args, task_vars, name, result, chunks, started, {}),
+                            duration_s)
+
+    def cell_result(self, args, task_vars, name, last, chunks, started, look):
+        """The merged cell as ab_verdict takes it, with its wall time (the chunks' own time plus the checks between
+        them) and the progress fact; a candidate that exited or restarted after its last chunk is never a result."""
+        if last.get("stopped_after"):
+            raise AnsibleActionFail(last["stopped_after"])
+        cell = dict(arm.merge_chunks(chunks), wall_s=round(time.monotonic() - started, 1),
+                    **({"sequential": look} if look else {}))
+        if args["arm"] == "candidate" and args["accept_length_from_log"]:
             cell = self.with_logged_accept_length(args, task_vars, cell)
-        display.display(f"{host}: cell {name} {args['arm']}: {arm.summary(cell)}")
-        result = {"changed": False, "cell": cell,
-                  "ansible_facts": {"rollout_progress": {
-                      "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
-                      "failures": cell["failures"]}}}
-        return self.endured(args, task_vars, result, duration_s) if deadline else result
+        display.display(f"{task_vars.get('inventory_hostname', 'host')}: cell {name} {args['arm']}: "
+                        f"{arm.summary(cell)}")
+        return {"changed": False, "cell": cell, "ansible_facts": {"rollout_progress": {
+            "kind": "cell", "cell": name, "arm": args["arm"], "requests": len(cell["requests"]),
+            "failures": cell["failures"]}}}
 
     def endured(self, args, task_vars, result, duration_s):
         """The endurance cell's verdict (serving_rollout/play/arm.py) and the candidate's journal read after it: a

@@ -391,3 +391,37 @@ def test_the_engine_connection_is_one_value_an_argument_given_on_its_own_wins():
     assert not action.run(task_vars={"inventory_hostname": "h1"}).get("failed")
     assert [(a["base_url"], a["model"], a["api_key_var"], a["env_files"]) for _, a in calls] == \
         [("http://127.0.0.1:30000", "tiny", "KEY", ["/etc/sglang/sglang.env"])]
+
+
+def test_the_endurance_cell_runs_in_slices_until_its_time_and_is_judged_with_the_journal_read_after_it():
+    def chunk(index):
+        return {"name": "endurance", "arm": "candidate", "failures": 0, "contract_violations": [], "elapsed_s": 10.0,
+                "requests": [{"index": 2 * index + i, "e2e_s": 0.1, "ttft_s": 0.02, "error": None} for i in range(2)]}
+
+    args = {"arm": "candidate", "cell": {"name": "endurance", "prompt_tokens": 100, "concurrency": 2,
+                                         "requests": 4}, "requests": 4, "chunk": 2, "bracket": 2,
+            "sequential": False, "duration_s": 25, "base_url": "http://127.0.0.1:30000", "timeout_s": 30,
+            "lock_path": "/l", "lock_token": "tok", "lease_s": 15, "candidate_unit": "sglang-candidate.service",
+            "candidate_identity": {"MainPID": "7"}, "engine": "sglang", "drift_limit": 0.1}
+    slices = [[chunk(0), chunk(1)], [chunk(2), chunk(3)], [chunk(4)]]
+    action, calls = scripted("latency_arm", args, {
+        "latency_cell": [{"chunks": c, "cell": c[-1]} for c in slices],
+        "journal_scan": {"scan": {"crashed": False, "errors": [], "warnings": ["NCCL WARN Cuda failure"]}}})
+    # the action's clock, a TEST DOUBLE: each slice takes the time it was given on the host (for_s)
+    now = [1000.0]
+    action.step.__globals__["time"] = SimpleNamespace(monotonic=lambda: now[0])
+    scripted_module = action._execute_module
+
+    def slice_takes_its_time(module_name=None, module_args=None, task_vars=None, **kwargs):
+        now[0] += (module_args or {}).get("for_s") or 0
+        return scripted_module(module_name=module_name, module_args=module_args, task_vars=task_vars, **kwargs)
+
+    action._execute_module = slice_takes_its_time
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    # 25 s in slices of at most 10 s (10, 10, 5), no warm-up, then the journal: a warning new under load fails it
+    assert [name for name, _ in calls] == ["latency_cell"] * 3 + ["journal_scan"], calls
+    assert [c[1]["for_s"] for c in calls[:3]] == [10.0, 10.0, 5.0] and {c[1]["warmup"] for c in calls[:3]} == {0}
+    assert [c[1]["first_index"] for c in calls[:3]] == [0, 4, 8], calls
+    assert len(result["cell"]["requests"]) == 10 and result["verdict"]["ok"], result
+    assert result["failed"] and result["msg"] == "endurance: error lines new against the original: NCCL WARN Cuda " \
+                                                 "failure", result
