@@ -121,7 +121,8 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_release import GpuError, free_gpus
+from ansible.module_utils.gpu_release import free_gpus
+from ansible.module_utils.host_commands import ModuleFailure
 
 
 def main():
@@ -139,7 +140,7 @@ def main():
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
     try:
         module.exit_json(**free_gpus(module.params, module.check_mode))
-    except GpuError as exc:
+    except ModuleFailure as exc:
         module.fail_json(msg=str(exc), **exc.detail)
 
 

@@ -112,8 +112,8 @@ scan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import runner
-from ansible.module_utils.journal_reading import ScanError, scan_journal
+from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.journal_reading import scan_journal
 
 
 def main():
@@ -135,8 +135,8 @@ def main():
     )
     try:
         module.exit_json(changed=False, scan=scan_journal(runner(module), module.params))
-    except ScanError as exc:
-        module.fail_json(msg=str(exc))
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 
 if __name__ == "__main__":

@@ -176,9 +176,11 @@ p2p:
       type: float
 """
 
+from types import SimpleNamespace
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import starter
-from ansible.module_utils.p2p_run import Host, P2PRefused, run_check, validate
+from ansible.module_utils.host_commands import ModuleFailure, starter
+from ansible.module_utils.p2p_run import run_check, validate
 
 
 def main():
@@ -223,9 +225,9 @@ def main():
         validate(module.params)
         if module.check_mode:
             module.exit_json(changed=False, p2p={"verdict": "skipped", "reason": "check mode: nothing run"})
-        module.exit_json(changed=False, p2p=run_check(Host(starter(module), module.get_bin_path, module.tmpdir),
-                                                      module.params))
-    except P2PRefused as exc:
+        host = SimpleNamespace(start=starter(module), which=module.get_bin_path, tmpdir=module.tmpdir)
+        module.exit_json(changed=False, p2p=run_check(host, module.params))
+    except ModuleFailure as exc:
         module.fail_json(msg=str(exc), **exc.detail)
 
 

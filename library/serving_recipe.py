@@ -158,9 +158,11 @@ comparison:
   returned: when compare_path is given
 """
 
+from types import SimpleNamespace
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import runner
-from ansible.module_utils.recipe_reading import Host, RecipeStepError, read_recipe
+from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.recipe_reading import read_recipe
 
 ARGUMENT_SPEC = {
     "unit": {"type": "str", "required": True},
@@ -179,11 +181,12 @@ ARGUMENT_SPEC = {
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    host = Host(runner(module), module.get_bin_path, module.check_mode, module._diff, module.warn)
+    host = SimpleNamespace(run=runner(module), which=module.get_bin_path, check_mode=module.check_mode,
+                           diff=module._diff, warn=module.warn)
     try:
         module.exit_json(**read_recipe(host, module.params))
-    except RecipeStepError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 
 if __name__ == "__main__":

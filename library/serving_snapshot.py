@@ -74,7 +74,8 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.snapshot_take import SnapshotError, take
+from ansible.module_utils.host_commands import ModuleFailure
+from ansible.module_utils.snapshot_take import take
 
 
 def main():
@@ -91,7 +92,7 @@ def main():
     p = module.params
     try:
         module.exit_json(**take(p["unit"], p["files"], p["state"], p["dest"], p["replace"], module.check_mode))
-    except SnapshotError as exc:
+    except ModuleFailure as exc:
         module.fail_json(msg=str(exc), **exc.detail)
 
 

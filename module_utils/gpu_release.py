@@ -8,6 +8,7 @@ import signal
 import time
 
 from .engine_adapters import process_title_pattern
+from .host_commands import ModuleFailure
 from .nvml_facts import wedged_gpus
 from .unit_recipe import redact_argv
 
@@ -82,25 +83,17 @@ def scan_processes(pattern):
     return found
 
 
-class GpuError(Exception):
-    """The GPUs are not free, or cannot be looked at: the message and the readings (detail)."""
-
-    def __init__(self, message, **detail):
-        super().__init__(message)
-        self.detail = detail
-
-
 def find(pattern):
     """("nvml", NVML's compute processes), or without NVML ("process-scan", the processes matching `pattern`)."""
     processes = nvml_processes()
     if processes is not None:
         return "nvml", processes
     if not pattern:
-        raise GpuError("NVML is not available and no process pattern was given to find GPU workers")
+        raise ModuleFailure("NVML is not available and no process pattern was given to find GPU workers")
     try:
         return "process-scan", scan_processes(pattern)
     except re.error as exc:
-        raise GpuError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+        raise ModuleFailure(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
 
 
 def cmdline_of(pid):
@@ -187,12 +180,12 @@ def release_problem(source, left, foreign, wedged, timeout_s):
 
 
 def finished(p, **result):
-    """The result with its console summary; with require_free, GpuError when the GPUs are not free."""
+    """The result with its console summary; with require_free, ModuleFailure when the GPUs are not free."""
     summary = release_summary(result["waited_s"], result.get("terminated") or [])
     problem = release_problem(result["source"], result["processes"], result.get("foreign") or [],
                               result["wedged"] or [], p["timeout_s"]) if p["require_free"] else None
     if problem:
-        raise GpuError(f"{summary}; {problem}" if summary else problem, summary=summary, **result)
+        raise ModuleFailure(f"{summary}; {problem}" if summary else problem, summary=summary, **result)
     return {"summary": summary, **result}
 
 
@@ -204,7 +197,7 @@ def wedged_of(source, found, p):
 def free_gpus(p, check_mode=False):
     """gpu_free's wait (its arguments as p): until no process holds the GPUs or timeout_s, polling every second;
     with terminate, the stopped engine's processes still holding them ended (SIGTERM, then SIGKILL after
-    grace_s), a foreign one never touched. The result, or GpuError."""
+    grace_s), a foreign one never touched. The result, or ModuleFailure."""
     started = time.monotonic()
     source, found = find(p["pattern"])
     while found and time.monotonic() - started < p["timeout_s"]:
@@ -218,7 +211,7 @@ def free_gpus(p, check_mode=False):
     try:
         engines = [f for f in found if is_engines(f, engine_pattern, p["engine_units"])]
     except re.error as exc:
-        raise GpuError(f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}") from exc
+        raise ModuleFailure(f"engine_pattern {p['engine_pattern']!r} is not a regular expression: {exc}") from exc
     foreign = [f for f in found if f not in engines]
     waited_s = time.monotonic() - started
     ended = [] if check_mode or not engines else terminate(engines, p["grace_s"])

@@ -14,6 +14,14 @@ import subprocess
 TimeoutExpired = subprocess.TimeoutExpired
 
 
+class ModuleFailure(Exception):
+    """A step's failure for its module to report (fail_json): the message, and what was read until then (detail)."""
+
+    def __init__(self, message, **detail):
+        super().__init__(message)
+        self.detail = detail
+
+
 def host_run(module, argv, **kwargs):
     """module.run_command with argv[0] resolved on the host's PATH and LC_ALL=C: (rc, stdout, stderr)."""
     binary = argv[0] if os.path.isabs(argv[0]) else module.get_bin_path(argv[0], required=True)

@@ -8,6 +8,7 @@ from .controls import ControlError, prove
 from .engine_adapters import arg_effect, collectives, read_log, ready_after_s, versions_logged
 from .env_files import redact_line as redact
 from .env_files import secret_values
+from .host_commands import ModuleFailure
 from .log_lines import JOURNAL_JSON, journal_entries
 from .nccl_facts import p2p_in_effect, parse_log
 from .unit_recipe import REDACTED, is_public_flag, is_public_name
@@ -75,18 +76,14 @@ def judge(engine, lines, known=(), stop_requested=False, extra=()):
     }
 
 
-class ScanError(Exception):
-    pass
-
-
 def scan_journal(run, p):
     """journal_scan's scan of one invocation of p["unit"] (its arguments as p): the journal read with `run`
     (host_commands' runner), its lines redacted with the EnvironmentFiles' secret values, judged, and the control's
-    proof where asked. ScanError names a bad pattern, a failed journalctl or a bad proof."""
+    proof where asked. ModuleFailure names a bad pattern, a failed journalctl or a bad proof."""
     try:
         extra = [re.compile(x) for x in p["extra_error_patterns"]]
     except re.error as exc:
-        raise ScanError(f"extra_error_patterns holds a bad regular expression: {exc}") from exc
+        raise ModuleFailure(f"extra_error_patterns holds a bad regular expression: {exc}") from exc
     invocation = p["invocation_id"]
     if not invocation:
         _, out, _ = run(["systemctl", "show", "-p", "InvocationID", "--value", "--", p["unit"]])
@@ -97,12 +94,12 @@ def scan_journal(run, p):
     # "[N blob data]" otherwise), cut and cleaned by the one line reader
     rc, out, err = run(["journalctl", "--no-pager", *JOURNAL_JSON, f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
-        raise ScanError(f"journalctl failed for invocation {invocation}: {err.strip()}")
+        raise ModuleFailure(f"journalctl failed for invocation {invocation}: {err.strip()}")
     secrets = secret_values(p["env_files"])
     try:
         entries = journal_entries(out)
     except ValueError as exc:
-        raise ScanError(str(exc)) from exc
+        raise ModuleFailure(str(exc)) from exc
     stamped = [(entry["time"], redact(line, secrets)) for entry in entries for line in entry["lines"]]
     lines = [line for _, line in stamped]
     scan = judge(p["engine"], lines, p["known_noise"], p["stop_requested"], extra)
@@ -115,6 +112,6 @@ def scan_journal(run, p):
             proof = prove(p["proof"], p["change"], p["engine"], "\n".join(lines),
                           {**scan, "version_report": p["version_report"]})
         except ControlError as exc:
-            raise ScanError(str(exc)) from exc
+            raise ModuleFailure(str(exc)) from exc
         scan["proof"] = shown_proof(proof, p["change"], scan.get("arg_effect"))
     return scan

@@ -13,6 +13,7 @@ from .decode_model import (
     predict,
     shape_from_config,
 )
+from .host_commands import ModuleFailure
 from .nccl_tests import command as nccl_tests_command
 from .nccl_tests import parse_output as parse_nccl_tests
 from .nccl_tests import wrong_total
@@ -32,45 +33,30 @@ from .p2p_orchestrator import (
 )
 
 
-class P2PRefused(Exception):
-    """The check refused before any GPU work: the message and what was read (detail)."""
-
-    def __init__(self, message, **detail):
-        super().__init__(message)
-        self.detail = detail
-
-
-class Host:
-    """What the run needs of the module: start (host_commands' starter), which, tmpdir."""
-
-    def __init__(self, start, which, tmpdir):
-        self.start, self.which, self.tmpdir = start, which, tmpdir
-
-
 def validate(p):
     """The arguments refused, naming the bad value, before anything runs on a GPU."""
     for name in ("copy_bytes", "ipc_bytes", "copy_iters", "allreduce_iters", "allreduce_reps",
                  "test_timeout_s", "budget_s", "max_gpu_mem_mib"):
         if p[name] <= 0:
-            raise P2PRefused(f"{name} must be positive, got {p[name]}")
+            raise ModuleFailure(f"{name} must be positive, got {p[name]}")
     if any(g < 0 for g in p["gpus"]) or len(set(p["gpus"])) != len(p["gpus"]):
-        raise P2PRefused(f"gpus must be distinct non-negative indices, got {p['gpus']}")
+        raise ModuleFailure(f"gpus must be distinct non-negative indices, got {p['gpus']}")
     if any(s <= 0 or s % 2 for s in p["allreduce_sizes"]):
-        raise P2PRefused(f"allreduce_sizes must be positive even byte counts, got {p['allreduce_sizes']}")
+        raise ModuleFailure(f"allreduce_sizes must be positive even byte counts, got {p['allreduce_sizes']}")
     need_mib = (3 * p["copy_bytes"] + 2 * p["ipc_bytes"] + 2 * max(p["allreduce_sizes"])) / 2**20
     if need_mib > p["max_gpu_mem_mib"]:
-        raise P2PRefused(f"copy_bytes/ipc_bytes/allreduce_sizes need {need_mib:.0f} MiB per GPU, "
+        raise ModuleFailure(f"copy_bytes/ipc_bytes/allreduce_sizes need {need_mib:.0f} MiB per GPU, "
                              f"over max_gpu_mem_mib={p['max_gpu_mem_mib']}")
     if len(p["env_sets"]) != 2 or not all(isinstance(v, dict) for v in p["env_sets"].values()):
-        raise P2PRefused(f"env_sets must name exactly two dicts of variables, got {p['env_sets']}")
+        raise ModuleFailure(f"env_sets must name exactly two dicts of variables, got {p['env_sets']}")
     try:
         bracket_order(p["bracket"], list(p["env_sets"]))
     except ValueError as exc:
-        raise P2PRefused(str(exc)) from exc
+        raise ModuleFailure(str(exc)) from exc
     if bool(p["runtime"]) != bool(p["image"]):
-        raise P2PRefused("runtime and image go together")
+        raise ModuleFailure("runtime and image go together")
     if p["image"] and "@sha256:" not in p["image"]:
-        raise P2PRefused(f"image must be pinned by digest, got {p['image']}")
+        raise ModuleFailure(f"image must be pinned by digest, got {p['image']}")
 
 
 def worker_command(params, worker_path, command, args, env):
@@ -159,19 +145,19 @@ def preflight_gpus(params, pre):
     """The GPUs to test (given, or all the preflight found), refused when fewer than two or busy."""
     preflight = (pre["result"] or {}) if pre["status"] == "ok" else {}
     if pre["status"] != "ok":  # nothing after it can be trusted: refused before any copy or collective
-        raise P2PRefused("refused before any GPU work: the preflight failed: " + pre["output"][-800:])
+        raise ModuleFailure("refused before any GPU work: the preflight failed: " + pre["output"][-800:])
     if preflight.get("missing"):
-        raise P2PRefused(f"refused before any GPU work: GPU {', '.join(map(str, preflight['missing']))} named in "
+        raise ModuleFailure(f"refused before any GPU work: GPU {', '.join(map(str, preflight['missing']))} named in "
                              f"gpus {params['gpus']} is not on this host (NVML counts {preflight.get('count')} "
                              f"GPU{'' if preflight.get('count') == 1 else 's'})", preflight=preflight)
     gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
     if len(gpus) < 2:
-        raise P2PRefused(f"refused before any GPU work: {'one GPU' if len(gpus) == 1 else 'no GPU'} "
+        raise ModuleFailure(f"refused before any GPU work: {'one GPU' if len(gpus) == 1 else 'no GPU'} "
                              f"({gpus}): no peer pair; the peer path does not apply", preflight=preflight)
     busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
             if g.get("compute_processes") and g["index"] in gpus}
     if busy and not params["force"]:
-        raise P2PRefused(f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
+        raise ModuleFailure(f"GPUs hold compute processes {busy}; stop them or set force", busy=busy)
     return preflight, gpus
 
 
@@ -231,7 +217,7 @@ def decode_prediction(decode, params, comparison):
 
 def run_check(host, params):
     """p2p_check's run (its arguments as params, validated): the preflight, the peer copies per ordered pair, the
-    bracketed all-reduce arms, nccl-tests beside them and the decode prediction; the result, or P2PRefused before any
+    bracketed all-reduce arms, nccl-tests beside them and the decode prediction; the result, or ModuleFailure before any
     GPU work. `host`: start (host_commands' starter), which (the host's PATH, not required), tmpdir."""
     started = time.monotonic()
     budget = Budget(params["budget_s"], params["test_timeout_s"])

@@ -16,6 +16,7 @@ from .engine_build import (
     read_probe,
     refusal,
 )
+from .host_commands import ModuleFailure
 from .host_files import write_atomic
 from .nccl_config import change_problem, read_sources, running_environment, summary
 from .recipe_adopt import managed_recipe
@@ -45,22 +46,6 @@ from .unit_shapes import (
     ignored_note,
 )
 
-
-class RecipeStepError(Exception):
-    """The module's failure: the message and the result read until then."""
-
-    def __init__(self, message, result=None):
-        super().__init__(message)
-        self.result = result or {}
-
-
-class Host:
-    """What the steps need of the module: run (host_commands' runner), which (the host's PATH, not required),
-    check_mode, diff, warn."""
-
-    def __init__(self, run, which, check_mode=False, diff=False, warn=print):
-        self.run, self.which, self.check_mode, self.diff, self.warn = run, which, check_mode, diff, warn
-
 SHOW_PROPS = ("FragmentPath", "DropInPaths", "UnitFileState", "ActiveState", "SubState", "NRestarts",
               "InvocationID", "NeedDaemonReload", "ExecMainPID")
 
@@ -70,10 +55,10 @@ def systemctl_show(host, unit):
     if rc != 0:
         template = (f"; {unit} is a template: its %i (the instance name) is empty; adopt an instance "
                     f"({unit.replace('@.', '@NAME.', 1)})") if "@." in unit else ""
-        raise RecipeStepError(f"systemctl show {unit} failed: {err.strip()}{template}")
+        raise ModuleFailure(f"systemctl show {unit} failed: {err.strip()}{template}")
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if not state.get("FragmentPath"):
-        raise RecipeStepError(f"serving unit {unit!r} not found on this host (no FragmentPath)", {"unit": state})
+        raise ModuleFailure(f"serving unit {unit!r} not found on this host (no FragmentPath)", unit=state)
     return state
 
 
@@ -82,7 +67,7 @@ def read(host, path, kind):
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
-        raise RecipeStepError(f"cannot read {kind} {path}: {exc.strerror}") from exc
+        raise ModuleFailure(f"cannot read {kind} {path}: {exc.strerror}") from exc
     return data.decode("utf-8", "replace"), {"path": path, "kind": kind, "size": len(data),
                                               "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -137,7 +122,7 @@ def nccl_configuration(host, recipe, sections, state):
     return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
-def write_copy(host, path, source, text, result):
+def write_copy(host, path, source, text, **result):
     """The candidate's own copy of an EnvironmentFile: same owner and mode as the original (it may
     hold secrets; its content never leaves the host)."""
     if read_optional(path) == text:
@@ -178,13 +163,13 @@ def read_unit(host, unit):
     try:
         systemd = unit_reading(host.run, unit, list(texts), probe_it=not host.check_mode)
     except ReadingError as exc:
-        raise RecipeStepError(f"{unit}: {exc}") from exc
+        raise ModuleFailure(f"{unit}: {exc}") from exc
     try:
         # Specifiers expanded, $VAR facts, refusals with the true reason.
         recipe = adopt(unit, state["FragmentPath"], lambda path: texts.get(path) or read_optional(path),
                        dropin_paths, systemd=systemd)
     except ShapeError as exc:
-        raise RecipeStepError(f"{unit} refused: {exc}") from exc
+        raise ModuleFailure(f"{unit} refused: {exc}") from exc
     for finding in recipe["systemd"]["findings"]:
         host.warn(f"{unit}: {finding_line(finding)}")
     return state, texts[state["FragmentPath"]], files, recipe, systemd
@@ -203,29 +188,29 @@ def read_running(host, unit, state, recipe, reading):
                     "restored after a candidate is not the one that ran before")
 
 
-def refuse_candidate(host, params, recipe, sections, nccl, env_texts, result):
+def refuse_candidate(host, params, recipe, sections, nccl, env_texts, **result):
     """A candidate this unit cannot have is refused with its reason, before anything is rendered (the
     EnvironmentFiles' texts, kept on the host, name a line systemd ignores)."""
     credentials = inline_credentials(sections)
     if credentials:
-        raise RecipeStepError(f"candidate refused before any change: the unit gives a credential inline "
+        raise ModuleFailure(f"candidate refused before any change: the unit gives a credential inline "
                               f"({', '.join(credentials)}); a candidate would copy it into a unit file of its own. "
                               "Move it to a file the unit loads (LoadCredential=ID:PATH or LoadCredentialEncrypted=)",
                               result)
     problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
     if problem:
-        raise RecipeStepError(f"candidate refused: {problem}", result)
+        raise ModuleFailure(f"candidate refused: {problem}", **result)
     secrets = inline_secrets(recipe)
     if secrets:
-        raise RecipeStepError(f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
-                              "an EnvironmentFile so a candidate can reference them without copying", result)
+        raise ModuleFailure(f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
+                              "an EnvironmentFile so a candidate can reference them without copying", **result)
     change = params["change"]
     # the value NCCL will really see: what the engine sets itself when the unit leaves a variable unset counts too
     problem = change_problem(nccl["sources"] + engine_env_sources(recipe["engine"]), change.get("name"),
                              change.get("value")) \
         if change.get("kind") == "env" else None
     if problem:  # a line systemd ignores is why the variable reads as it does: said first
-        raise RecipeStepError(f"candidate refused: {ignored_note(env_texts, change.get('name'))}{problem}", result)
+        raise ModuleFailure(f"candidate refused: {ignored_note(env_texts, change.get('name'))}{problem}", **result)
 
 
 def render_candidate(host, params, recipe, sections, env_texts, result):
@@ -244,7 +229,7 @@ def render_candidate(host, params, recipe, sections, env_texts, result):
         complete_facts(candidate, read_optional)  # the same $VAR/--config facts as the original's
         difference = check_one_control(recipe, candidate, params["change"])
     except RecipeError as exc:
-        raise RecipeStepError(f"candidate refused: {exc}", result) from exc
+        raise ModuleFailure(f"candidate refused: {exc}", **result) from exc
     content = "".join(f"# {line}\n" for line in params["header"]) + rendered
     result["candidate"] = {"difference": difference, "sha256": hashlib.sha256(content.encode()).hexdigest(),
                            "text_redacted": redact_unit_text(content)}
@@ -272,7 +257,7 @@ def compare(host, params, recipe, env_texts, result):
         complete_facts(other, read_optional)
         result["comparison"] = {"file": info, "difference": check_one_control(recipe, other, params["change"])}
     except RecipeError as exc:
-        raise RecipeStepError(f"{params['compare_path']} refused: {exc}", result) from exc
+        raise ModuleFailure(f"{params['compare_path']} refused: {exc}", **result) from exc
 
 
 def ask_build(host, program, engine, words=None):
@@ -298,19 +283,19 @@ def check_build(host, params, recipe, result):
         original = ask_build(host, recipe["program"], recipe["engine"])
         candidate = ask_build(host, str(program), recipe["engine"], words)
     except BuildError as exc:
-        raise RecipeStepError(f"candidate refused before any change: {exc}", result) from exc
+        raise ModuleFailure(f"candidate refused before any change: {exc}", **result) from exc
     result["build"] = {"original": original, "candidate": candidate, "delta": delta(original, candidate)}
     for line in candidate["args"]["deprecated"]:
         host.warn(f"{program} ({candidate['version']}) on the original's arguments: {line}")
     problem = refusal(original, candidate)
     if problem:
-        raise RecipeStepError(f"candidate refused before any change: {problem}", result)
+        raise ModuleFailure(f"candidate refused before any change: {problem}", **result)
 
 
 def read_recipe(host, params):
     """serving_recipe's reading of params["unit"] (its arguments as params): the unit as systemd runs it, its files,
     its recipe redacted, its NCCL configuration; with a change, the candidate refused or rendered (and written to
-    dest); with compare_path, a written candidate's one difference. The module's result, or RecipeStepError."""
+    dest); with compare_path, a written candidate's one difference. The module's result, or ModuleFailure."""
     state, text, files, recipe, reading = read_unit(host, params["unit"])
     read_running(host, params["unit"], state, recipe, reading)
     # Kept on the host: the expanded sections (a candidate keeps every specifier's value as text)
@@ -321,8 +306,8 @@ def read_recipe(host, params):
     result = {"changed": False, "unit": {"name": params["unit"], **state}, "files": files,
               "recipe": redacted(recipe), "text_redacted": redact_unit_text(text)}
     if params["require_digest"] and recipe["runtime"] != "process" and not recipe["image_digest"]:
-        raise RecipeStepError(f"image {recipe['image']!r} is not pinned by digest (@sha256:...); "
-                             "restoration must be exact", result)
+        raise ModuleFailure(f"image {recipe['image']!r} is not pinned by digest (@sha256:...); "
+                             "restoration must be exact", **result)
     nccl = nccl_configuration(host, recipe, sections, state)
     result["recipe"]["nccl_config"] = nccl
     if params["managed"]:

@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 
+from .host_commands import ModuleFailure
 from .host_files import free_space, write_atomic
 from .unit_recipe import parse_env_file, redact_unit_text
 
@@ -20,21 +21,13 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
-class SnapshotError(Exception):
-    """A snapshot not taken: the message, and what the module's failure returns beside it (detail)."""
-
-    def __init__(self, message, **detail):
-        super().__init__(message)
-        self.detail = detail
-
-
 def describe(path):
     try:
         info = os.stat(path)
         return {"path": path, "sha256": sha256_of(path), "size": info.st_size,
                 "mode": f"{info.st_mode & 0o7777:04o}", "uid": info.st_uid, "gid": info.st_gid}
     except OSError as exc:
-        raise SnapshotError(f"cannot read original file {path}: {exc.strerror}") from exc
+        raise ModuleFailure(f"cannot read original file {path}: {exc.strerror}") from exc
 
 
 def read_text(path):
@@ -107,10 +100,10 @@ def undo_snapshot(files_dir, staging, old, swapped, had_old):
 
 def take(unit, files, state, dest, replace=False, check_mode=False):
     """The snapshot of `files` in `dest` (serving_snapshot's result: changed, manifest, snapshot_path, both_versions):
-    kept when it still matches, refused (SnapshotError, both versions redacted) when the files changed unless
+    kept when it still matches, refused (ModuleFailure, both versions redacted) when the files changed unless
     `replace`, nothing written in check mode."""
     if not files or any("path" not in f for f in files):
-        raise SnapshotError(f"files must be a non-empty list of {{path, kind}}, got {files}")
+        raise ModuleFailure(f"files must be a non-empty list of {{path, kind}}, got {files}")
     manifest_path = os.path.join(dest, "manifest.json")
     current = [{**describe(f["path"]), "kind": f.get("kind", "file")} for f in files]
     versions, old, changed_files = [], None, []  # both versions of each changed file, read before a replace
@@ -128,7 +121,7 @@ def take(unit, files, state, dest, replace=False, check_mode=False):
         versions = [both_versions(entry, entry["path"]) for entry in old["files"]
                     if old_hashes.get(entry["path"]) != new_hashes.get(entry["path"])]
         if not replace:
-            raise SnapshotError("the original changed since its snapshot; nothing was overwritten: "
+            raise ModuleFailure("the original changed since its snapshot; nothing was overwritten: "
                                 + "; ".join(changed_files) + ". If the change is intended (a key rotation, an "
                                 "operator's edit), adopt the current original as the new restore recipe with "
                                 "playbooks/renew.yml (it shows both versions and needs no candidate running)",
@@ -147,5 +140,5 @@ def take(unit, files, state, dest, replace=False, check_mode=False):
                 "both_versions": versions}
     problem = write_snapshot(dest, current, manifest, manifest_path)
     if problem:
-        raise SnapshotError(f"snapshot not taken in {dest}: {problem}; the original was not touched")
+        raise ModuleFailure(f"snapshot not taken in {dest}: {problem}; the original was not touched")
     return {"changed": True, "manifest": manifest, "snapshot_path": dest, "both_versions": versions}
