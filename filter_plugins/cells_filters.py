@@ -1,17 +1,8 @@
-"""Filters for latency cells: a median, and each arm's cells out of its registered loop. (An arm's chunks are
+"""The latency cells filter: each arm's cells out of its registered loop. (An arm's chunks are
 merged and looked at, and the arms matched for the verdict, by serving_rollout/play/arm.py.)"""
 
-import statistics
 
 from ansible.errors import AnsibleFilterError
-
-
-def median(values):
-    """Median of a non-empty list of numbers."""
-    numbers = [v for v in (values or []) if isinstance(v, int | float)]
-    if not numbers:
-        raise AnsibleFilterError(f"median needs at least one number, got {values!r}")
-    return statistics.median(numbers)
 
 
 def arm_cells(measured):
@@ -32,4 +23,4 @@ def arm_cells(measured):
 
 class FilterModule:
     def filters(self):
-        return {"median": median, "arm_cells": arm_cells}
+        return {"arm_cells": arm_cells}
