@@ -1,7 +1,6 @@
 """The latency cells filter: each arm's cells out of its registered loop. (An arm's chunks are
 merged and looked at, and the arms matched for the verdict, by serving_rollout/play/arm.py.)"""
 
-
 from ansible.errors import AnsibleFilterError
 
 
