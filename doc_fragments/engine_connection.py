@@ -7,7 +7,7 @@ options:
   connection:
     description: >-
       The engine connection as one value - {base_url, model, api_key_var, env_files} (the rollout role's
-      rollout_connection); an argument given on its own wins over the connection's.
+      _rollout_connection); an argument given on its own wins over the connection's.
     type: dict
     default: {}
     suboptions:

@@ -19,7 +19,7 @@ options:
   arms:
     description: >-
       Each arm's cells as its latency_arm loop returned them, {baseline-1, candidate, baseline-2: [cell...]}
-      (the rollout role's rollout_cells_by_arm); matched here by name, one cell per cell of baseline-1 - both
+      (the rollout role's _rollout_cells_by_arm); matched here by name, one cell per cell of baseline-1 - both
       brackets' requests against the candidate's, its last sequential look, the arms' conditions, what disturbed
       them and the output-contract violations. An arm or a cell missing fails, naming it.
     type: dict
@@ -49,7 +49,7 @@ requirements: [numpy, scipy]
 EXAMPLES = r"""
 - name: Judge the cells
   ab_verdict:
-    arms: "{{ rollout_cells_by_arm }}"
+    arms: "{{ _rollout_cells_by_arm }}"
 """
 
 RETURN = r"""

@@ -59,7 +59,7 @@ EXAMPLES = r"""
     api_key_var: SGLANG_API_KEY
     env_files: [/etc/sglang/sglang.env]
     timeout_s: 120
-  register: rollout_gates
+  register: __rollout_gates
 """
 
 RETURN = r"""

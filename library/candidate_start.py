@@ -59,7 +59,7 @@ EXAMPLES = r"""
     lock_path: /var/lib/serving-rollout/sglang.service.lock
     lock_token: "{{ rollout_lock_token }}"
     lease_s: 300
-  register: rollout_candidate_started
+  register: __rollout_candidate_started
 """
 
 RETURN = r"""

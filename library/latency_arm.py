@@ -83,11 +83,11 @@ EXAMPLES = r"""
     requests: 12
     chunk: 4
     bracket: 8
-    first_bracket: "{{ rollout_cells_by_arm['baseline-1'] }}"
+    first_bracket: "{{ _rollout_cells_by_arm['baseline-1'] }}"
     lock_path: /var/lib/serving-rollout/sglang.service.lock
     lock_token: "{{ rollout_lock_token }}"
     candidate_unit: sglang-candidate.service
-    candidate_identity: "{{ rollout_candidate_started.identity }}"
+    candidate_identity: "{{ __rollout_candidate_started.identity }}"
     base_url: http://127.0.0.1:30000
   loop: "{{ rollout_cells }}"
 """

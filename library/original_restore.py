@@ -76,11 +76,11 @@ EXAMPLES = r"""
     engine_process_pattern: "sglang"
     engine: sglang
     straggler_grace_s: 10
-    snapshot_files: "{{ rollout_snapshot_manifest.files }}"
+    snapshot_files: "{{ _rollout_snapshot_manifest.files }}"
     base_url: http://127.0.0.1:30000
     ready_timeout_s: 900
     boot_stall_s: 300
-  register: rollout_put_back
+  register: __rollout_put_back
 """
 
 RETURN = r"""

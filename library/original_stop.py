@@ -56,7 +56,7 @@ EXAMPLES = r"""
     engine_process_pattern: "sglang"
     engine: sglang
     straggler_grace_s: 10
-  register: rollout_original_stop
+  register: __rollout_original_stop
 """
 
 RETURN = r"""

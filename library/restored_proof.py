@@ -44,7 +44,7 @@ EXAMPLES = r"""
   restored_proof:
     unit: sglang.service
     fragment_path: /etc/systemd/system/sglang.service
-    files: "{{ rollout_snapshot_manifest.files }}"
+    files: "{{ _rollout_snapshot_manifest.files }}"
     engine: sglang
     base_url: http://127.0.0.1:30000
     model: Qwen/Qwen3-235B-A22B-Instruct-2507-FP8

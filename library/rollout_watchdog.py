@@ -70,7 +70,7 @@ EXAMPLES = r"""
     run_id: "{{ run_id }}"
     lock_path: /var/lib/serving-rollout/sglang.service.lock
     stop_timeout_s: 180
-    snapshot_files: "{{ rollout_snapshot_manifest.files }}"
+    snapshot_files: "{{ _rollout_snapshot_manifest.files }}"
 
 - name: Stop it (a restore owns the host now)
   rollout_watchdog:

@@ -31,7 +31,7 @@ EXAMPLES = r"""
   run_evidence:
     op: finalize
     path: "{{ rollout_evidence_dir }}/{{ inventory_hostname }}/rollout-{{ run_id }}"
-  register: rollout_finalize
+  register: __rollout_finalize
 """
 
 RETURN = r"""

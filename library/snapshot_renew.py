@@ -28,7 +28,7 @@ EXAMPLES = r"""
     unit: sglang.service
     candidate_unit: sglang-candidate.service
     dest: /var/lib/serving-rollout/sglang.service
-  register: rollout_renewed
+  register: __rollout_renewed
 """
 
 RETURN = r"""

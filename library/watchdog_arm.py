@@ -42,7 +42,7 @@ EXAMPLES = r"""
     lock_token: "{{ rollout_lock_token }}"
     lease_s: 900
     stop_timeout_s: 180
-    snapshot_files: "{{ rollout_snapshot_manifest.files }}"
+    snapshot_files: "{{ _rollout_snapshot_manifest.files }}"
 """
 
 RETURN = r"""

@@ -197,7 +197,7 @@ def wait_healthy(base_url, path, timeout_s, interval_s=0.5, unit_failed=None, cl
 
 
 # The engine connection: what every task that talks to the engine needs, passed as one value (the rollout
-# role's rollout_connection) instead of four arguments by hand.
+# role's _rollout_connection) instead of four arguments by hand.
 CONNECTION_SPEC = {"type": "dict", "default": {},
                    "options": {"base_url": {"type": "str"}, "model": {"type": "str"}, "api_key_var": {"type": "str"},
                                "env_files": {"type": "list", "elements": "path"}}}

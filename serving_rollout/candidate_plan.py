@@ -100,7 +100,7 @@ def candidate_change(plan, candidate_id, evidence=None, custom=None, engine=None
     except equivalence.EquivalenceError as exc:
         raise PlanError(f"candidate {candidate_id!r}: bad numerics: {exc}") from exc
     return {"id": candidate_id, "change": change, "proof": proof, "nccl": controls.proven_by_nccl(proof),
-            "group": controls.group(candidate_id),  # an upgrade is judged no worse (rollout_rule_in_force)
+            "group": controls.group(candidate_id),  # an upgrade is judged no worse (_rollout_rule_in_force)
             # speculation is judged by its accept length: the engine's /metrics, else its own log line
             "reads_accept_length": controls.group(candidate_id) == "speculative",
             "effect_model": controls.effect_model(candidate_id), "numerics": numerics,
