@@ -57,7 +57,7 @@ EXAMPLES = r"""
     engine: sglang
     boot_stall_s: 300
     lock_path: /var/lib/serving-rollout/sglang.service.lock
-    lock_token: "{{ rollout_lock_token }}"
+    lock_token: "{{ _rollout_lock_token }}"
     lease_s: 300
   register: __rollout_candidate_started
 """

@@ -85,7 +85,7 @@ EXAMPLES = r"""
     bracket: 8
     first_bracket: "{{ _rollout_cells_by_arm['baseline-1'] }}"
     lock_path: /var/lib/serving-rollout/sglang.service.lock
-    lock_token: "{{ rollout_lock_token }}"
+    lock_token: "{{ _rollout_lock_token }}"
     candidate_unit: sglang-candidate.service
     candidate_identity: "{{ __rollout_candidate_started.identity }}"
     base_url: http://127.0.0.1:30000

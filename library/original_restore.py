@@ -68,7 +68,7 @@ EXAMPLES = r"""
     state_dir: /var/lib/serving-rollout
     run_id: "{{ run_id }}"
     lock_path: /var/lib/serving-rollout/sglang.service.lock
-    lock_token: "{{ rollout_lock_token }}"
+    lock_token: "{{ _rollout_lock_token }}"
     lease_s: 1500
     stop_timeout_s: 120
     gpu_process_pattern: "sglang|vllm"

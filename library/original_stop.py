@@ -50,7 +50,7 @@ EXAMPLES = r"""
     stop_timeout_s: 180
     runtime: docker
     container: sglang
-    key: "{{ rollout_lock_token }}"
+    key: "{{ _rollout_lock_token }}"
     gpu_process_pattern: "sglang|vllm"
     gpu_free_timeout_s: 120
     engine_process_pattern: "sglang"

@@ -105,7 +105,7 @@ EXAMPLES = r"""
 - name: Take the lock
   rollout_lock:
     path: /var/lib/serving-rollout/sglang.service.lock
-    token: "{{ rollout_lock_token }}"
+    token: "{{ _rollout_lock_token }}"
     run_id: "{{ run_id }}"
 """
 

@@ -39,7 +39,7 @@ EXAMPLES = r"""
     state_dir: /var/lib/serving-rollout
     run_id: 20261205T120000Z
     lock_path: /var/lib/serving-rollout/sglang.service.lock
-    lock_token: "{{ rollout_lock_token }}"
+    lock_token: "{{ _rollout_lock_token }}"
     lease_s: 900
     stop_timeout_s: 180
     snapshot_files: "{{ _rollout_snapshot_manifest.files }}"
