@@ -62,42 +62,9 @@ state:
   returned: always
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import host_run
-from ansible.module_utils.put_back import left_to_put_back, untouched_refusal
-
-PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "NRestarts", "InvocationID", "NeedDaemonReload")
-
-
-def show(module, unit, required=True):
-    """The unit's properties; a failed read fails the module when required, else is None."""
-    rc, out, err = host_run(module, ["systemctl", "show", "-p", ",".join(PROPERTIES), "--", unit],
-                                      environ_update={"LC_ALL": "C"})
-    if rc != 0 and required:
-        module.fail_json(msg=f"systemctl show {unit} failed (rc {rc}): {err.strip()}")
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else None
-
-
-def clean(module, original, candidate_unit, promoted):
-    """Nothing left to put back (put_back.left_to_put_back), or False where systemd cannot say. original: the
-    unit's properties already read (None: unreadable)."""
-    candidate = show(module, candidate_unit, required=False)
-    return original is not None and candidate is not None and not promoted \
-        and not left_to_put_back(candidate, original)[2]
-
-
-def read_manifest(module, manifest_path):
-    try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"cannot read the snapshot {manifest_path}: {exc}")
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        module.fail_json(msg=f"{manifest_path} is not a snapshot manifest (no files list): {str(manifest)[:200]}")
-    return manifest
+from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.snapshot_reading import read_snapshot
 
 
 def main():
@@ -106,21 +73,10 @@ def main():
         "candidate_unit": {"type": "str", "required": True},
         "state_dir": {"type": "path", "required": True},
         "unit_dir": {"type": "path", "default": "/etc/systemd/system"}}, supports_check_mode=True)
-    p = module.params
-    folder = os.path.join(p["state_dir"], p["unit"])
-    manifest_path = os.path.join(folder, "manifest.json")
-    if os.path.exists(manifest_path):
-        manifest = read_manifest(module, manifest_path)
-        promoted = os.path.exists(os.path.join(folder, "promoted.json"))
-        module.exit_json(changed=False, found=True, manifest=manifest, state={}, promoted=promoted,
-                         clean=clean(module, show(module, p["unit"], required=False), p["candidate_unit"], promoted))
-    state = show(module, p["unit"])
-    problem = untouched_refusal(p["unit"], p["candidate_unit"],
-                                os.path.lexists(os.path.join(p["unit_dir"], p["candidate_unit"])), state, manifest_path)
-    if problem:
-        module.fail_json(msg=problem, found=False, state=state)
-    module.exit_json(changed=False, found=False, manifest=None, promoted=False, state=state,
-                     clean=clean(module, state, p["candidate_unit"], False))
+    try:
+        module.exit_json(**read_snapshot(runner(module), module.params))
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 
 if __name__ == "__main__":

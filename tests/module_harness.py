@@ -21,16 +21,21 @@ def modules():
     return sorted(p.stem for p in LIBRARY.glob("*.py") if "AnsibleModule(" in p.read_text())
 
 
+ANY = object()  # a word of a scripted prefix that matches any word
+
+
 class ScriptedCommands:  # TEST DOUBLE of the host's commands
     """Answers host_run by the first (argv prefix, (rc, out, err)) whose prefix the command starts with (the
-    binary as given, before the host's PATH would resolve it); an unscripted command answers rc 127."""
+    binary as given, before the host's PATH would resolve it; ANY matches any word); an unscripted command
+    answers rc 127."""
 
     def __init__(self, answers=()):
         self.answers, self.calls = list(answers), []
 
     def __call__(self, module, argv, **kwargs):
         self.calls.append(list(argv))
-        return next((answer for prefix, answer in self.answers if list(argv[:len(prefix)]) == list(prefix)),
+        return next((answer for prefix, answer in self.answers if len(argv) >= len(prefix)
+                     and all(want is ANY or want == got for want, got in zip(prefix, argv, strict=False))),
                     (127, "", f"not scripted: {argv[0]}"))
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 from conftest import FIXTURES
-from module_harness import ScriptedCommands, modules, run_module
+from module_harness import ANY, ScriptedCommands, modules, run_module
 
 from serving_rollout.module_utils.engine_adapters import read_log
 
@@ -134,3 +134,27 @@ def test_p2p_check_refuses_bad_arguments_and_a_host_without_gpus_before_any_gpu_
     refused = run_module("p2p_check", {"python": sys.executable, "budget_s": 60, "test_timeout_s": 60},
                          monkeypatch, capsys)
     assert refused["failed"] and refused["msg"].startswith("refused before any GPU work: "), refused
+
+
+# ---- snapshot_read in-process: the restore recipe, or proof of an untouched host, systemd answered by a script ---
+
+def test_snapshot_read_finds_the_recipe_or_proves_an_untouched_host_and_refuses_one_that_does_not_serve(
+        tmp_path, monkeypatch, capsys):
+    serving = "ActiveState=active\nUnitFileState=enabled\nLoadState=loaded\nNRestarts=0\nNeedDaemonReload=no\n"
+    candidate_gone = "ActiveState=inactive\nUnitFileState=\nLoadState=not-found\nNRestarts=0\nNeedDaemonReload=no\n"
+    commands = ScriptedCommands([(("systemctl", "show", "-p", ANY, "--", "sglang.service"),
+                                  (0, serving, "")),
+                                 (("systemctl", "show", "-p", ANY, "--", "sglang-candidate.service"),
+                                  (0, candidate_gone, ""))])
+    args = {"unit": "sglang.service", "candidate_unit": "sglang-candidate.service", "state_dir": str(tmp_path),
+            "unit_dir": str(tmp_path / "units")}
+    untouched = run_module("snapshot_read", args, monkeypatch, capsys, commands=commands)
+    assert (untouched["found"], untouched["clean"], untouched["state"]["ActiveState"]) == (False, True, "active")
+    (tmp_path / "sglang.service").mkdir()
+    (tmp_path / "sglang.service" / "manifest.json").write_text(json.dumps({"files": [{"path": "/x", "sha256": "a"}]}))
+    found = run_module("snapshot_read", args, monkeypatch, capsys, commands=commands)
+    assert found["found"] and found["manifest"]["files"] == [{"path": "/x", "sha256": "a"}] and found["clean"]
+    (tmp_path / "sglang.service" / "manifest.json").unlink()
+    stopped = ScriptedCommands([(("systemctl",), (0, serving.replace("=active", "=failed"), ""))])
+    refused = run_module("snapshot_read", args, monkeypatch, capsys, commands=stopped)
+    assert refused["failed"] and "it is not serving: ActiveState=failed" in refused["msg"], refused
