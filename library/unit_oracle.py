@@ -74,47 +74,9 @@ differences:
   returned: always
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import runner
-from ansible.module_utils.systemd_reading import ReadingError, busctl, probe
-from ansible.module_utils.unit_oracle import (
-    EXEC_PROPERTIES,
-    differences,
-    digested_values,
-    equal_proof,
-    one_control_proof,
-    parse_show,
-    proof_reason,
-    reading,
-)
-from ansible.module_utils.unit_recipe import CHANGES, redact_argv
-
-
-def read_unit(module, unit, key):
-    run = runner(module)
-    try:
-        exec_lines = {prop: busctl(run, unit, "Service", prop) for prop in EXEC_PROPERTIES}
-        environment = busctl(run, unit, "Service", "Environment")
-        environment_files = busctl(run, unit, "Service", "EnvironmentFiles")
-    except ReadingError as exc:
-        module.fail_json(msg=str(exc))
-    rc, out, err = run(["systemctl", "show", "--all", "--", unit])
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
-    settings = parse_show(out)
-    if settings.get("LoadState") not in ("loaded",):
-        module.fail_json(msg=f"{unit} is {settings.get('LoadState')} for systemd (LoadError "
-                             f"{settings.get('LoadError', '')!r}): it cannot be proven")
-    start = exec_lines["ExecStart"][0][1] if exec_lines["ExecStart"] else []
-    env, argv = {}, []
-    if not module.check_mode:
-        try:
-            env, argv = probe(run, module.params["python"], environment, environment_files, start[1:])
-        except ReadingError as exc:
-            module.fail_json(msg=str(exc))
-    return reading(exec_lines, environment, environment_files, settings, digested_values(env, key), argv)
+from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.unit_oracle import prove_units
 
 
 def main():
@@ -129,35 +91,10 @@ def main():
         },
         supports_check_mode=True,
     )
-    p = module.params
-    if p["change"].get("kind") not in (*CHANGES, "none"):
-        module.fail_json(msg=f"change.kind must be {', '.join(CHANGES)} or none, got {p['change'].get('kind')!r}")
-    key = os.urandom(32)  # digests comparable within this call only
-    original = read_unit(module, p["original"], key)
-    candidate = read_unit(module, p["candidate"], key)
-    diffs = differences(original, candidate, shown=redact_argv)
-    same = p["change"]["kind"] == "none"
-    proof = equal_proof(diffs, p["launcher_word"]) if same else one_control_proof(diffs, p["change"],
-                                                                                  p["container"] or None)
-    # Only the allow-listed views leave the host: raw argv words can hold secrets.
-    public = [{k: d[k] for k in ("what", "before", "after")} for d in diffs]
-    proof["unexplained"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof["unexplained"]]
-    proof["warnings"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof.get("warnings") or []]
-    for warning in proof["warnings"]:  # outside what the engine runs: named, never a second control
-        module.warn(f"{p['candidate']} also differs in {warning['what']}: {warning['before']!r} -> "
-                    f"{warning['after']!r} (not what the engine runs or with what: not refused)")
-    if module.check_mode:
-        module.exit_json(changed=False, proof={"ok": None, "control": None, "unexplained": [], "seen": None},
-                         differences=public)
-    if not proof["ok"] and same:
-        module.fail_json(msg=f"{p['candidate']} is not the same as {p['original']} in systemd's own reading: "
-                             + "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"]),
-                         proof=proof, differences=public)
-    if not proof["ok"]:
-        module.fail_json(msg=f"{p['candidate']} is not {p['original']} with one control changed in systemd's own "
-                             f"reading ({proof['control']}): {proof_reason(proof, 'systemd')}", proof=proof,
-                         differences=public)
-    module.exit_json(changed=False, proof=proof, differences=public)
+    try:
+        module.exit_json(**prove_units(runner(module), module.params, module.check_mode, module.warn))
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 
 if __name__ == "__main__":

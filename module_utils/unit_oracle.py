@@ -10,10 +10,13 @@ These functions only compare readings; the module gathers them.
 import difflib
 import hashlib
 import hmac
+import os
 import re
 
+from .host_commands import ModuleFailure
+from .systemd_reading import ReadingError, busctl, probe
 from .unit_launchers import program_index
-from .unit_recipe import is_public_name
+from .unit_recipe import CHANGES, is_public_name, redact_argv
 from .unit_recipe import shown as shown_value
 
 # Exec properties whose argv systemd splits (busctl's a(sasbttttuii): path, argv, ignore, times, pid, ...).
@@ -391,3 +394,64 @@ def proof_reason(proof, judge):
         listed = "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}" for d in proof["unexplained"])
         return f"it also differs in {len(proof['unexplained'])} other thing(s): {listed}"
     return f"{judge} sees no change of {proof['control']} at all"
+
+
+def read_unit(run, unit, key, python, check_mode=False):
+    """One unit as systemd reads it (its Exec lines and environment over D-Bus, its settings, and in a probe of
+    its own - not in check mode - the environment and arguments it would start with); ModuleFailure names why not."""
+    try:
+        exec_lines = {prop: busctl(run, unit, "Service", prop) for prop in EXEC_PROPERTIES}
+        environment = busctl(run, unit, "Service", "Environment")
+        environment_files = busctl(run, unit, "Service", "EnvironmentFiles")
+    except ReadingError as exc:
+        raise ModuleFailure(str(exc)) from exc
+    rc, out, err = run(["systemctl", "show", "--all", "--", unit])
+    if rc != 0:
+        raise ModuleFailure(f"systemctl show {unit} failed: {err.strip()}")
+    settings = parse_show(out)
+    if settings.get("LoadState") not in ("loaded",):
+        raise ModuleFailure(f"{unit} is {settings.get('LoadState')} for systemd (LoadError "
+                            f"{settings.get('LoadError', '')!r}): it cannot be proven")
+    start = exec_lines["ExecStart"][0][1] if exec_lines["ExecStart"] else []
+    env, argv = {}, []
+    if not check_mode:
+        try:
+            env, argv = probe(run, python, environment, environment_files, start[1:])
+        except ReadingError as exc:
+            raise ModuleFailure(str(exc)) from exc
+    return reading(exec_lines, environment, environment_files, settings, digested_values(env, key), argv)
+
+
+def prove_units(run, p, check_mode=False, warn=print):
+    """unit_oracle's proof (its arguments as p): the candidate is the original with exactly the one control changed
+    (or, for change kind none, the same) in systemd's own reading; only the allow-listed views leave the host."""
+    if p["change"].get("kind") not in (*CHANGES, "none"):
+        raise ModuleFailure(f"change.kind must be {', '.join(CHANGES)} or none, got {p['change'].get('kind')!r}")
+    key = os.urandom(32)  # digests comparable within this call only
+    original = read_unit(run, p["original"], key, p["python"], check_mode)
+    candidate = read_unit(run, p["candidate"], key, p["python"], check_mode)
+    diffs = differences(original, candidate, shown=redact_argv)
+    same = p["change"]["kind"] == "none"
+    proof = equal_proof(diffs, p["launcher_word"]) if same else one_control_proof(diffs, p["change"],
+                                                                                  p["container"] or None)
+    # raw argv words can hold secrets: only these views leave the host
+    public = [{k: d[k] for k in ("what", "before", "after")} for d in diffs]
+    proof["unexplained"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof["unexplained"]]
+    proof["warnings"] = [{k: d[k] for k in ("what", "before", "after")} for d in proof.get("warnings") or []]
+    for warning in proof["warnings"]:  # outside what the engine runs: named, never a second control
+        warn(f"{p['candidate']} also differs in {warning['what']}: {warning['before']!r} -> "
+             f"{warning['after']!r} (not what the engine runs or with what: not refused)")
+    if check_mode:
+        return {"changed": False, "differences": public,
+                "proof": {"ok": None, "control": None, "unexplained": [], "seen": None}}
+    if not proof["ok"] and same:
+        raise ModuleFailure(f"{p['candidate']} is not the same as {p['original']} in systemd's own reading: "
+                            + "; ".join(f"{d['what']}: {d['before']!r} -> {d['after']!r}"
+                                        for d in proof["unexplained"]),
+                            proof=proof, differences=public)
+    if not proof["ok"]:
+        raise ModuleFailure(f"{p['candidate']} is not {p['original']} with one control changed in systemd's own "
+                            f"reading ({proof['control']}): {proof_reason(proof, 'systemd')}", proof=proof,
+                            differences=public)
+    return {"changed": False, "proof": proof, "differences": public}
+
