@@ -133,15 +133,11 @@ chunks:
   returned: always
 """
 
-import contextlib
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cells import may_go_on, run_for
+from ansible.module_utils.cells import measure
 from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
-from ansible.module_utils.host_commands import runner
-from ansible.module_utils.host_lock import Refused
-from ansible.module_utils.watchdog import LeaseKeeper
+from ansible.module_utils.host_commands import ModuleFailure, runner
 
 
 def main():
@@ -179,38 +175,10 @@ def main():
         supports_check_mode=False,
     )
     connect_module(module)
-    p = module.params
-    for name in ("requests", "concurrency", "prompt_tokens", "contract_words", "contract_tokens"):
-        if p[name] < 1:
-            module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
-    if p["first_index"] < 0:
-        module.fail_json(msg=f"first_index must be at least 0, got {p['first_index']}")
-    if p["remeasure_max"] < 0 or p["for_s"] < 0:
-        module.fail_json(msg=f"remeasure_max and for_s must be at least 0, got {p['remeasure_max']} and {p['for_s']}")
-    stopped = guarded(module, p)
-    if stopped:
-        module.exit_json(changed=False, cell=None, chunks=None, stopped=stopped, stopped_after=None,
-                         lease_renewals=None, lease_problem=None)
-    keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] and p["lease_s"] else None
-    with keeper or contextlib.nullcontext():
-        results, stopped = run_for({**p, "api_key": module_api_key(module)}, lambda: guarded(module, p))
-    chunks = [{"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
-               "concurrency": p["concurrency"], **result} for result in results]
-    after = guarded(module, p, "last cell") if p["check_after"] and not stopped else None
-    module.exit_json(changed=False, cell=None if p["for_s"] else chunks[0], chunks=chunks if p["for_s"] else None,
-                     stopped=stopped, stopped_after=after,
-                     lease_renewals=keeper.renewals if keeper else None, lease_problem=keeper.problem if keeper else None)
-
-
-def guarded(module, p, when="cells"):
-    """Why the run must stop measuring (cells.may_go_on), or None; nothing to check without a lock."""
-    if not p["lock_path"]:
-        return None
     try:
-        return may_go_on(p, runner(module), when)
-    except Refused as refused:
-        module.fail_json(msg=f"could not read the lock {p['lock_path']}: {refused.msg}")
-
+        module.exit_json(**measure(runner(module), module.params, lambda: module_api_key(module)))
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@ unique prefixes, each response checked against the output contract; NVML telemet
 alongside. Per request: TTFT, E2E, decode rate, actual prompt tokens, error.
 """
 
+import contextlib
 import re
 import statistics
 import threading
@@ -20,10 +21,12 @@ from .conditions import (
 )
 from .engine_client import chat as http_chat
 from .engine_client import get_text
-from .host_lock import held, lock_lost, read_lock
+from .host_commands import ModuleFailure
+from .host_lock import Refused, held, lock_lost, read_lock
 from .nvml_facts import decode_clock_events
 from .prompts import CONTRACT_PATTERN, contract_prompt, contract_violation, with_target
 from .unit_stop import engine_changed, unit_identity
+from .watchdog import LeaseKeeper
 
 
 def request_record(index, result, words, pattern, contract_tokens=None):
@@ -298,4 +301,40 @@ def run_for(options, stop_reason):
         chunks.append(run_measured({**options, "first_index": int(options.get("first_index", 0)) + n * len(chunks),
                                     "warmup": 0}))
     return chunks, None
+
+
+def guarded(run, p, when="cells"):
+    """Why the run must stop measuring (may_go_on), or None; nothing to check without a lock."""
+    if not p["lock_path"]:
+        return None
+    try:
+        return may_go_on(p, run, when)
+    except Refused as refused:
+        raise ModuleFailure(f"could not read the lock {p['lock_path']}: {refused.msg}") from refused
+
+
+def measure(run, p, api_key):
+    """latency_cell's chunk or endurance slice (its arguments as p; api_key() reads the key on the host): bad
+    arguments refused by name; the go-on checks before it, and after it with check_after; the watchdog's lease kept
+    while it runs. Its result, or ModuleFailure."""
+    for name in ("requests", "concurrency", "prompt_tokens", "contract_words", "contract_tokens"):
+        if p[name] < 1:
+            raise ModuleFailure(f"{name} must be at least 1, got {p[name]}")
+    if p["first_index"] < 0:
+        raise ModuleFailure(f"first_index must be at least 0, got {p['first_index']}")
+    if p["remeasure_max"] < 0 or p["for_s"] < 0:
+        raise ModuleFailure(f"remeasure_max and for_s must be at least 0, got {p['remeasure_max']} and {p['for_s']}")
+    stopped = guarded(run, p)
+    if stopped:
+        return {"changed": False, "cell": None, "chunks": None, "stopped": stopped, "stopped_after": None,
+                "lease_renewals": None, "lease_problem": None}
+    keeper = LeaseKeeper(p["lock_path"], p["lock_token"], p["lease_s"]) if p["lock_path"] and p["lease_s"] else None
+    with keeper or contextlib.nullcontext():
+        results, stopped = run_for({**p, "api_key": api_key()}, lambda: guarded(run, p))
+    chunks = [{"name": p["name"], "arm": p["arm"], "prompt_tokens_target": p["prompt_tokens"],
+               "concurrency": p["concurrency"], **result} for result in results]
+    after = guarded(run, p, "last cell") if p["check_after"] and not stopped else None
+    return {"changed": False, "cell": None if p["for_s"] else chunks[0], "chunks": chunks if p["for_s"] else None,
+            "stopped": stopped, "stopped_after": after, "lease_renewals": keeper.renewals if keeper else None,
+            "lease_problem": keeper.problem if keeper else None}
 
