@@ -122,7 +122,7 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_release import free_gpus
-from ansible.module_utils.host_commands import ModuleFailure
+from ansible.module_utils.host_commands import exit_with
 
 
 def main():
@@ -138,10 +138,7 @@ def main():
                                           "require_free": {"type": "bool", "default": False}},
                            supports_check_mode=True)
     # Waits inside one call (polling every second) so a wait that ends well prints no failed retries.
-    try:
-        module.exit_json(**free_gpus(module.params, module.check_mode))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, free_gpus, module.params, module.check_mode)
 
 
 if __name__ == "__main__":

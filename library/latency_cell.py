@@ -137,7 +137,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cells import measure
 from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
 from ansible.module_utils.env_files import module_api_key
-from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.host_commands import exit_with, runner
 
 
 def main():
@@ -175,10 +175,7 @@ def main():
         supports_check_mode=False,
     )
     connect_module(module)
-    try:
-        module.exit_json(**measure(runner(module), module.params, lambda: module_api_key(module)))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, measure, runner(module), module.params, lambda: module_api_key(module))
 
 if __name__ == "__main__":
     main()

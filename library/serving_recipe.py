@@ -161,7 +161,7 @@ comparison:
 from types import SimpleNamespace
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.host_commands import exit_with, runner
 from ansible.module_utils.recipe_reading import read_recipe
 
 ARGUMENT_SPEC = {
@@ -183,10 +183,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     host = SimpleNamespace(run=runner(module), which=module.get_bin_path, check_mode=module.check_mode,
                            diff=module._diff, warn=module.warn)
-    try:
-        module.exit_json(**read_recipe(host, module.params))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, read_recipe, host, module.params)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import ModuleFailure
+from ansible.module_utils.host_commands import exit_with
 from ansible.module_utils.snapshot_take import take
 
 
@@ -90,10 +90,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
-        module.exit_json(**take(p["unit"], p["files"], p["state"], p["dest"], p["replace"], module.check_mode))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, take, p["unit"], p["files"], p["state"], p["dest"], p["replace"], module.check_mode)
 
 
 if __name__ == "__main__":

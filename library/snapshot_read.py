@@ -63,7 +63,7 @@ state:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.host_commands import exit_with, runner
 from ansible.module_utils.snapshot_reading import read_snapshot
 
 
@@ -73,10 +73,7 @@ def main():
         "candidate_unit": {"type": "str", "required": True},
         "state_dir": {"type": "path", "required": True},
         "unit_dir": {"type": "path", "default": "/etc/systemd/system"}}, supports_check_mode=True)
-    try:
-        module.exit_json(**read_snapshot(runner(module), module.params))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, read_snapshot, runner(module), module.params)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ differences:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import ModuleFailure, runner
+from ansible.module_utils.host_commands import exit_with, runner
 from ansible.module_utils.unit_oracle import prove_units
 
 
@@ -91,10 +91,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    try:
-        module.exit_json(**prove_units(runner(module), module.params, module.check_mode, module.warn))
-    except ModuleFailure as exc:
-        module.fail_json(msg=str(exc), **exc.detail)
+    exit_with(module, prove_units, runner(module), module.params, module.check_mode, module.warn)
 
 
 if __name__ == "__main__":

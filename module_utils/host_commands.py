@@ -22,6 +22,16 @@ class ModuleFailure(Exception):
         self.detail = detail
 
 
+def exit_with(module, step, *args):
+    """A thin module's end: exit_json with step(*args)'s result, or fail_json with its ModuleFailure's message and
+    detail."""
+    try:
+        result = step(*args)
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.detail)
+    module.exit_json(**result)
+
+
 def host_run(module, argv, **kwargs):
     """module.run_command with argv[0] resolved on the host's PATH and LC_ALL=C: (rc, stdout, stderr)."""
     binary = argv[0] if os.path.isabs(argv[0]) else module.get_bin_path(argv[0], required=True)
