@@ -4,15 +4,16 @@ source before the action's step runs, so a wrong type or a missing argument is r
 on a host changes. The task's `connection` (the engine's base_url, model, api_key_var, env_files as one value)
 fills those arguments the task left unset, where the action takes a connection."""
 
+import ast
 import functools
 import inspect
 from pathlib import Path
 
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.plugin_docs import read_docstring
 from ansible.plugins.action import ActionBase
-from ansible.plugins.loader import fragment_loader
-from ansible.utils.plugin_docs import get_docstring
 
 from serving_rollout.module_utils.engine_client import connected
 
@@ -26,13 +27,29 @@ def spec_of(options):
             for name, option in (options or {}).items()}
 
 
+def fragment_options(doc_path, name):
+    """The options doc_fragments/<name>.py documents (beside library/): read from the project's own file, so an
+    action validates the same way under any ansible.cfg (molecule's, an operator's)."""
+    path = doc_path.parent.parent / "doc_fragments" / f"{name}.py"
+    fragment = next((node for node in ast.parse(path.read_text()).body
+                     if isinstance(node, ast.ClassDef) and node.name == "ModuleDocFragment"), None)
+    text = next((n.value.value for n in getattr(fragment, "body", []) if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", None) == "DOCUMENTATION" for t in n.targets)), None)
+    if text is None:
+        raise AnsibleActionFail(f"{path}: no ModuleDocFragment.DOCUMENTATION for {doc_path.name}'s fragment {name}")
+    return yaml.safe_load(text).get("options") or {}
+
+
 @functools.cache
 def documented_spec(doc_path):
-    """The argument spec library/<name>.py documents for the action of the same name."""
-    doc = get_docstring(str(doc_path), fragment_loader, is_module=True)[0]
+    """The argument spec library/<name>.py documents for the action of the same name, its fragments merged."""
+    doc = read_docstring(str(doc_path)).get("doc")
     if not doc:
         raise AnsibleActionFail(f"{doc_path} has no DOCUMENTATION to take the action's arguments from")
-    return spec_of(doc.get("options"))
+    options = {}
+    for name in doc.get("extends_documentation_fragment") or []:
+        options.update(fragment_options(doc_path, name))
+    return spec_of({**options, **(doc.get("options") or {})})
 
 
 class PlayAction(ActionBase):
@@ -52,7 +69,7 @@ class PlayAction(ActionBase):
                     action = Path(inspect.getfile(value))
                     doc = action.parent.parent / "library" / action.name
                     if action.parent.name == "action_plugins" and doc.exists():
-                        return documented_spec(doc)
+                        return documented_spec(doc.resolve())
                     break
         raise AnsibleActionFail(f"{cls.__name__}: no library/<name>.py documents this action's arguments")
 
