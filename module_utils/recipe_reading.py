@@ -122,7 +122,7 @@ def nccl_configuration(host, recipe, sections, state):
     return {**summary(sources, running), "notes": notes, "service_user": user}
 
 
-def write_copy(host, path, source, text, **result):
+def write_copy(host, path, source, text, result):
     """The candidate's own copy of an EnvironmentFile: same owner and mode as the original (it may
     hold secrets; its content never leaves the host)."""
     if read_optional(path) == text:
@@ -188,22 +188,22 @@ def read_running(host, unit, state, recipe, reading):
                     "restored after a candidate is not the one that ran before")
 
 
-def refuse_candidate(host, params, recipe, sections, nccl, env_texts, **result):
+def refuse_candidate(host, params, recipe, sections, nccl, env_texts, result):
     """A candidate this unit cannot have is refused with its reason, before anything is rendered (the
     EnvironmentFiles' texts, kept on the host, name a line systemd ignores)."""
     credentials = inline_credentials(sections)
     if credentials:
         raise ModuleFailure(f"candidate refused before any change: the unit gives a credential inline "
-                              f"({', '.join(credentials)}); a candidate would copy it into a unit file of its own. "
-                              "Move it to a file the unit loads (LoadCredential=ID:PATH or LoadCredentialEncrypted=)",
-                              result)
+                            f"({', '.join(credentials)}); a candidate would copy it into a unit file of its own. "
+                            "Move it to a file the unit loads (LoadCredential=ID:PATH or LoadCredentialEncrypted=)",
+                            **result)
     problem = candidate_refusal(params["unit"], recipe, params["change"], params["accept_systemd_reading"])
     if problem:
         raise ModuleFailure(f"candidate refused: {problem}", **result)
     secrets = inline_secrets(recipe)
     if secrets:
         raise ModuleFailure(f"the unit holds inline secret values ({', '.join(secrets)}); move them to "
-                              "an EnvironmentFile so a candidate can reference them without copying", **result)
+                            "an EnvironmentFile so a candidate can reference them without copying", **result)
     change = params["change"]
     # the value NCCL will really see: what the engine sets itself when the unit leaves a variable unset counts too
     problem = change_problem(nccl["sources"] + engine_env_sources(recipe["engine"]), change.get("name"),
