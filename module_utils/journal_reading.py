@@ -94,7 +94,7 @@ def scan_journal(run, p):
     # "[N blob data]" otherwise), cut and cleaned by the one line reader
     rc, out, err = run(["journalctl", "--no-pager", *JOURNAL_JSON, f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
-        raise ModuleFailure(f"journalctl failed for invocation {invocation}: {err.strip()}")
+        raise ModuleFailure(f"journalctl failed for invocation {invocation}: {err.strip()}", rc=rc, stderr=err)
     secrets = secret_values(p["env_files"])
     try:
         entries = journal_entries(out)
