@@ -13,12 +13,20 @@ description:
   - Refuses while C(candidate_unit) is loaded or running (run rollback.yml first), before anything changes.
   - Reads the current original (serving_recipe) and replaces the snapshot in C(dest) with a new verified copy of
     its unit, drop-ins and EnvironmentFiles (serving_snapshot with replace).
+  - Refuses while a promotion is in place (C(dest)/promoted.json), unless C(over_promotion).
   - Changes the host - it writes the new snapshot (copies, sha256 checked, and manifest.json) in C(dest); under
     check mode it writes nothing.
 options:
   unit: {description: The original serving unit., type: str, required: true}
   candidate_unit: {description: "The candidate's unit (must be neither loaded nor running).", type: str, required: true}
   dest: {description: The snapshot folder on the host., type: path, required: true}
+  over_promotion:
+    description:
+      - "With a promotion in place (C(dest)/promoted.json), renew anyway: the pre-promotion snapshot is copied to
+        C(dest).pre-promotion-RUN (its manifest checked) with its promotion record, then replaced. Without it such a
+        renew is refused before anything changes, naming the run and rollback.yml."
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -37,6 +45,11 @@ manifest:
   type: dict
   sample: {unit: sglang.service, files: []}
   returned: success
+kept_pre_promotion:
+  description: The folder the pre-promotion snapshot was kept in (over_promotion), else null.
+  type: str
+  sample: /var/lib/serving-rollout/sglang.service.pre-promotion-20261207T071336Z
+  returned: always
 both_versions:
   description: "Each changed file's both versions (a unit's diff, an EnvironmentFile's changed variable names; values
     redacted); empty when the snapshot already matched."

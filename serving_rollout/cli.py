@@ -39,7 +39,12 @@ PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml",
 EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
 EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
 EXIT_USAGE = 64
+REFUSED = "refused before any change"  # how a play's refusal begins (its asserts and actions say it so)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")  # playbooks/tasks/run_id.yml's rule
+CHECKABLE = ("capture", "propose", "renew", "peer-path")  # --check (render always runs so)
+# What a command did, said per host on success (a promotion and a renewal say more in their own closing lines).
+DONE = {"capture": "captured", "propose": "proposed", "render": "rendered (nothing changed)",
+        "renew": "renewed", "promote": "promoted", "rollback": "restored and proven", "peer-path": "peer path checked"}
 MEANING = {0: "every host acceptable (or restored, for rollback; done, for capture, propose, render, promote, renew)",
            1: "a candidate was not acceptable (reject or inconclusive); every original restored",
            2: "a host failed and was restored and proven", 3: "refused before any change",
@@ -47,7 +52,7 @@ MEANING = {0: "every host acceptable (or restored, for rollback; done, for captu
            64: "usage error"}
 # The plays tell the controller their progress in one fact (set_fact), read here from runner's
 # events: a task's name is for people and may change freely.
-PROGRESS_FACTS = ("rollout_progress", "fleet_progress")  # one per role that reports (ansible-lint's role prefix)
+PROGRESS_FACTS = ("rollout_progress", "fleet_progress", "promotion_progress")  # one per role that reports (ansible-lint's role prefix)
 
 
 def parse_extra_vars(values):
@@ -87,9 +92,7 @@ def progress_text(progress):
     if kind == "outcome":
         verdict = f", verdict {progress['verdict']}" if progress.get("verdict") else ""
         return f"{progress.get('outcome')}{verdict} ({progress.get('duration_s')} s)"
-    if kind in ("not-started", "rollback", "interrupted"):
-        return str(progress.get("message"))
-    return None
+    return str(progress["message"]) if progress.get("message") else None  # a closing line: rollback, renew, ...
 
 
 def progress_line(event):
@@ -105,26 +108,41 @@ def progress_line(event):
             if text:
                 return f"{host}: {text}"
     if kind == "runner_on_failed" and not data.get("ignore_errors"):
-        msg = str(data.get("res", {}).get("msg", ""))
+        msg = failure_text(data.get("res", {}).get("msg", ""))
         if data.get("role") and msg:
-            return f"{host}: FAILED at '{task}': {msg[:400]}"
+            return f"{host}: {msg}" if msg.startswith(REFUSED) else f"{host}: FAILED at '{task}': {msg}"
     if kind == "runner_on_unreachable":
         return f"{host}: UNREACHABLE: {str(data.get('res', {}).get('msg', ''))[:200]}"
     return None
 
 
+def failure_text(msg):
+    """A task's failure message as one plain line (an assert's list of messages joined)."""
+    parts = msg if isinstance(msg, list) else [msg]
+    return " ".join("; ".join(str(part) for part in parts if part not in (None, "")).split())
+
+
+def meaning_of(kind, code):
+    """The exit line's words: what a success did for this command, else what the code means."""
+    return f"every host {DONE[kind]}" if code == 0 and kind in DONE else MEANING[code]
+
+
 def exit_code(kind, rc, hosts):
-    """The process exit code from the per-host outcomes (run) or the runner's stats."""
+    """The process exit code from the per-host outcomes (run) or the runner's stats: a host refused before any
+    change (and none worse) is 3."""
     if kind != "run":
-        return 0 if rc == 0 and hosts and all(h["outcome"] == "ok" for h in hosts) else EXIT_ERROR
+        if rc == 0 and hosts and all(h["outcome"] == "ok" for h in hosts):
+            return 0
+        return EXIT["refused"] if hosts and all(h["outcome"] in ("ok", "refused") for h in hosts) else EXIT_ERROR
     started = [h for h in hosts if h["outcome"] != "not-started"]
     if not started:
         return EXIT_ERROR
     return max(EXIT.get(h["outcome"], EXIT_ERROR) for h in started)
 
 
-def host_outcomes(kind, evidence, run_id, stats):
-    """Per host: the fleet record for a rollout; ok/failed/unreachable from runner stats otherwise."""
+def host_outcomes(kind, evidence, run_id, stats, failures=None):
+    """Per host: the fleet record for a rollout; ok/refused/failed/unreachable from runner stats otherwise (refused:
+    its first failure says it was refused before any change)."""
     if kind == "run":
         path = Path(evidence) / f"fleet-{run_id}" / "summary.json"
         if path.exists():
@@ -132,10 +150,11 @@ def host_outcomes(kind, evidence, run_id, stats):
     hosts = sorted(set().union(*[set((stats or {}).get(k) or {}) for k in ("ok", "failures", "dark", "skipped")]))
     out = []
     for host in hosts:
+        why = (failures or {}).get(host, "")
         outcome = "unreachable" if host in (stats.get("dark") or {}) else \
-            "failed" if host in (stats.get("failures") or {}) else "ok"
+            ("refused" if why.startswith(REFUSED) else "failed") if host in (stats.get("failures") or {}) else "ok"
         folder = Path(evidence) / host / f"proposal-{run_id}"
-        out.append({"host": host, "outcome": outcome,
+        out.append({"host": host, "outcome": outcome, **({"why": why} if outcome != "ok" and why else {}),
                     **({"evidence": str(folder)} if kind == "propose" and folder.is_dir() else {})})
     return out
 
@@ -159,9 +178,14 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
     private = Path(evidence) / "runner" / f"{Path(playbook).stem}-{run_id}"
     private.mkdir(parents=True, exist_ok=True)
 
+    failures = {}  # each host's first failure, in one line
+
     def on_event(event):
         if listen:
             listen(event)
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+            failures.setdefault(data.get("host"), failure_text(data.get("res", {}).get("msg", "")))
         line = progress_line(event)
         if line and not quiet:
             print(line, flush=True)
@@ -169,6 +193,7 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
 
     # runner sets ANSIBLE_CALLBACK_PLUGINS (its own display), which hides ansible.cfg's callback_plugins: name ours
     env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "0",  # the render's output is read by a person
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     interrupted = []
 
@@ -189,10 +214,10 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    hosts = host_outcomes(kind, evidence, run_id, runner.stats or {})
+    hosts = host_outcomes(kind, evidence, run_id, runner.stats or {}, failures)
     code = exit_code(kind, runner.rc, hosts)
     result = {"schema": "serving-rollout.cli-result/v1", "command": kind, "playbook": playbook, "run_id": run_id,
-              "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": MEANING[code],
+              "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": meaning_of(kind, code),
               "hosts": hosts, "artifacts": str(private / "artifacts" / run_id), "interrupted": bool(interrupted),
               "fleet_summary": str(Path(evidence) / f"fleet-{run_id}" / "summary.json") if kind == "run" else None}
     (private / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -320,18 +345,23 @@ def parser_of():
                             ("capture", "capture the host facts (read-only)"),
                             ("propose", "propose each host's pins and candidate plan from its facts (read-only)"),
                             ("render", "show the candidate against the original (--check --diff: changes nothing)"),
-                            ("renew", "adopt the current original as the restore recipe after an intended change")):
+                            ("renew", "adopt the current original as the restore recipe after an intended change"),
+                            ("peer-path", "prove the GPU peer path: byte-checked copies, NCCL all-reduce A/B "
+                                          "(read-only, two GPUs or more)")):
         sub.add_parser(name, help=help_text)
     promote = sub.add_parser("promote", help="make a run's acceptable candidate the original (a human's approval)")
     promote.add_argument("run_id")
     promote.add_argument("--approve", action="store_true",
                          help="the human approval promote.yml asks for (promotion_approved_run_id = RUN_ID)")
     for p in (run, plan, promote, *(sub.choices[name] for name in ("rollback", "capture", "propose", "render",
-                                                                   "renew"))):
+                                                                   "renew", "peer-path"))):
         p.add_argument("-i", "--inventory", required=True)
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--evidence", default=str(REPO / "evidence"))
         p.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    for name in CHECKABLE:
+        sub.choices[name].add_argument("--check", action="store_true",
+                                       help="ansible-playbook's check mode: show what would change, change nothing")
     for p in (run, plan):
         p.add_argument("--canary", type=int, default=1)
         p.add_argument("--batch-size", type=int, default=1)
@@ -375,13 +405,38 @@ def usage_problem(args, extravars):
     return None
 
 
-def show(result, as_json):
+def host_line(kind, host):
+    """A host's closing line: what was done, or why not."""
+    outcome = host["outcome"]
+    said = DONE.get(kind, outcome) if outcome == "ok" else host.get("why") or outcome
+    if outcome == "refused" or said.startswith(REFUSED):
+        said = host.get("why") or REFUSED
+    elif outcome not in ("ok", "refused") and host.get("why"):
+        said = f"{outcome}: {host['why']}"
+    return f"{host['host']}: {said}" + (f" ({host['evidence']})" if host.get("evidence") else "")
+
+
+def next_step(kind, result, args):
+    """The next command an operator takes after this one, or None."""
+    acceptable = [h["host"] for h in result["hosts"] if h.get("outcome") == "acceptable"]
+    if kind == "run" and acceptable:
+        return (f"next: review the card (bin/evidence card {args.evidence}/{acceptable[0]}/rollout-{result['run_id']}),"
+                f" then promote: bin/serving-rollout promote {result['run_id']} --approve -i {args.inventory}")
+    if kind == "propose" and result["exit_code"] == 0:
+        return "next: read each host's report.md above, then run its plan with the command the report gives"
+    return None
+
+
+def show(result, as_json, after=None):
     if as_json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return
     for host in result["hosts"]:
-        print(f"{host['host']}: {host['outcome']}" + (f" ({host['evidence']})" if host.get("evidence") else ""))
+        print(host_line(result["command"], host) if result["command"] != "run" else
+              f"{host['host']}: {host['outcome']}" + (f" ({host['evidence']})" if host.get("evidence") else ""))
     print(f"exit {result['exit_code']}: {result['meaning']} (artifacts {result['artifacts']})")
+    if after:
+        print(after)
 
 
 def main(argv=None):
@@ -410,13 +465,14 @@ def main(argv=None):
         kind, playbook = args.command, PLAYBOOKS[args.command]
     if kind == "promote":
         extravars.update({"promotion_run_id": args.run_id, "promotion_approved_run_id": args.run_id})
+    checking = kind == "render" or getattr(args, "check", False)
     result = run_playbook(kind, playbook, args.inventory, extravars, args.evidence, quiet=args.json,
-                          cmdline="--check --diff" if kind == "render" else None)
+                          cmdline=("--check --diff" if kind == "render" else "--check" if checking else None))
     if kind == "render" and not args.json:
         print_output(result)
     if result["interrupted"] and kind == "run":
         return interrupted_run(args, extravars)
-    show(result, args.json)
+    show(result, args.json, next_step(kind, result, args))
     return result["exit_code"]
 
 

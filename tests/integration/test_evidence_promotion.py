@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, lab, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook
 
 from serving_rollout.module_utils.host_files import proc_stat
 
@@ -140,7 +140,7 @@ def test_promotion_refused_for_a_failing_decision(tmp_path):
     run_id = run.name.removeprefix("rollout-")
     before = unit_text()
     refused = promote(tmp_path, run_id, run_id)
-    assert refused.returncode != 0 and f"run {run_id} does not allow promotion: verdict reject" in refused.stdout
+    assert refused.returncode != 0 and f"refused before any change: run {run_id} does not allow promotion: its verdict is reject" in refused.stdout
     assert unit_text() == before
 
 
@@ -205,13 +205,29 @@ def test_promotion_refused_for_tampered_evidence(good_run, tmp_path):
     assert result.returncode != 0 and "decision.json: changed" in result.stdout
 
 
+def cli(*args):
+    """bin/serving-rollout, the operator's door, against this worker's lab host."""
+    return subprocess.run([str(REPO / "bin" / "serving-rollout"), *args, "-i", "inventory/lab"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
 def test_promote_then_rollback_returns_to_the_previous_original(good_run):
+    """bin/serving-rollout promote says what it applied, where the previous original is kept and the command that
+    undoes it, and records the promotion beside the run's evidence; renew over it is refused (exit 3) and loses
+    nothing; rollback puts the original back byte for byte."""
     evidence, run = good_run
     run_id = run.name.removeprefix("rollout-")
     original = unit_text()
     try:
-        result = promote(evidence, run_id, run_id)
-        assert result.returncode == 0, result.stdout[-3000:]
+        result = cli("promote", run_id, "--approve", "--evidence", str(evidence))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        out = " ".join(result.stdout.split())
+        assert (f"lab-gpu-1: PROMOTED run {run_id} on lab-gpu-1: sglang.service now runs with env:NCCL_P2P_DISABLE 1 -> 0, "
+                "healthy. The previous original is kept in /var/lib/serving-rollout/sglang.service/") in out, out
+        assert "Undo: bin/serving-rollout rollback -i inventory/lab" in out and "+Environment=NCCL_P2P_DISABLE=0" in \
+            result.stdout and out.endswith(f"exit 0: every host promoted (artifacts {result.stdout.split()[-1][:-1]})")
+        record = json.loads((evidence / "lab-gpu-1" / f"promotion-{run_id}" / "promotion.json").read_text())
+        assert record["run_id"] == run_id and record["undo"] == "bin/serving-rollout rollback -i inventory/lab"
         promoted = unit_text()
         assert "Environment=NCCL_P2P_DISABLE=0" in promoted and f"from run {run_id}" in promoted
         assert "[Install]" in promoted and "(candidate)" not in promoted
@@ -219,6 +235,17 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
         assert "ActiveState=active" in state and "UnitFileState=enabled" in state
         again = promote(evidence, run_id, run_id)
         assert re.search(r"lab-gpu-1\s+: ok=\d+\s+changed=0 ", again.stdout), again.stdout[-2000:]
+        # renew over the promotion would make the promoted unit the restore recipe and lose the original:
+        # refused before any change, in check mode and without, naming the run and the way back.
+        snapshot = lab("cat", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout
+        for check in (["--check"], []):
+            renew = cli("renew", *check, "--evidence", str(evidence))
+            said = " ".join(renew.stdout.split())
+            assert renew.returncode == 3 and f"lab-gpu-1: refused before any change: run {run_id} is promoted on this " \
+                "host" in said and "rollback.yml" in said, renew.stdout[-3000:] + renew.stderr[-2000:]
+        assert lab("cat", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout == snapshot
+        assert lab("test", "-e", f"/var/lib/serving-rollout/sglang.service.pre-promotion-{run_id}",
+                   check=False).returncode != 0
     finally:
         back = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert back.returncode == 0, back.stdout[-3000:]
@@ -302,7 +329,7 @@ def test_promotion_of_a_run_that_measured_another_original_is_refused_naming_the
         result = promote(evidence, run_id, run_id)
         text = re.sub(r"\s+", " ", result.stdout)
         assert result.returncode != 0
-        assert (f"promotion of run {run_id} refused, nothing changed: the original on the host is not the one that "
+        assert (f"refused before any change: promotion of run {run_id}: the original on the host is not the one that "
                 "run measured: /etc/systemd/system/sglang.service: measured ") in text, result.stdout[-3000:]
         assert "Run the candidate again against this original" in text
         assert unit_text() == edited and engine_state() == before

@@ -172,3 +172,46 @@ def test_a_path_escaping_or_reused_run_id_is_refused_before_anything_is_written(
     assert cli.main(["run", "candidate-p2p", "-i", str(inventory), "--evidence", str(evidence),
                      "-e", "run_id=R1"]) == cli.EXIT_USAGE
     assert "run id 'R1' is taken: " in capsys.readouterr().err and ran == []
+
+
+def test_a_refusal_before_any_change_is_exit_3_with_the_hosts_reason_and_a_success_says_what_was_done():
+    stats = {"ok": {"h1": 3, "h2": 2}, "failures": {"h2": 1}, "dark": {}}
+    why = "refused before any change: run R1 is promoted on this host (/var/lib/serving-rollout/x/promoted.json)"
+    hosts = cli.host_outcomes("renew", "/nowhere", "R", stats, {"h2": why})
+    assert hosts == [{"host": "h1", "outcome": "ok"}, {"host": "h2", "outcome": "refused", "why": why}]
+    assert cli.exit_code("renew", 2, hosts) == 3
+    assert [cli.host_line("renew", h) for h in hosts] == ["h1: renewed", f"h2: {why}"]
+    # a failure that changed something is never a refusal
+    failed = cli.host_outcomes("promote", "/nowhere", "R", stats, {"h2": "promotion of run R1 failed and ..."})
+    assert failed[1]["outcome"] == "failed" and cli.exit_code("promote", 2, failed) == 4
+    assert cli.host_line("promote", failed[1]) == "h2: failed: promotion of run R1 failed and ..."
+    assert cli.meaning_of("capture", 0) == "every host captured" and cli.meaning_of("capture", 3) == cli.MEANING[3]
+
+
+def test_an_asserts_list_of_messages_is_one_plain_line_never_cut():
+    long = "x " * 400
+    assert cli.failure_text(["refused before any change:", "  two\n lines", None]) == \
+        "refused before any change:; two lines"
+    line = cli.progress_line(event("runner_on_failed", "Assert", role="promotion", res={"msg": long}))
+    assert line == "h1: FAILED at 'Assert': " + long.strip() and "[" not in line
+
+
+def test_run_ends_with_the_promote_command_and_check_reaches_ansible(monkeypatch, tmp_path, capsys):
+    calls = []
+
+    def fake_run(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None, cmdline=None):
+        calls.append((kind, playbook, cmdline))
+        hosts = [{"host": "h1", "outcome": "acceptable"}] if kind == "run" else [{"host": "h1", "outcome": "ok"}]
+        return {"command": kind, "run_id": "R9", "exit_code": 0, "meaning": cli.meaning_of(kind, 0), "hosts": hosts,
+                "artifacts": str(tmp_path), "interrupted": False}
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    assert cli.main(["run", "candidate-p2p", "-i", str(tmp_path), "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"next: review the card (bin/evidence card {tmp_path}/h1/rollout-R9), then promote: "
+        f"bin/serving-rollout promote R9 --approve -i {tmp_path}")
+    for command in ("propose", "capture", "renew", "peer-path"):
+        assert cli.main([command, "--check", "-i", str(tmp_path)]) == 0
+    assert calls[1:] == [("propose", "propose.yml", "--check"), ("capture", "capture.yml", "--check"),
+                         ("renew", "renew.yml", "--check"), ("peer-path", "peer-path.yml", "--check")]
+    assert "h1: peer path checked" in capsys.readouterr().out

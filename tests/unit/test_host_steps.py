@@ -3,6 +3,7 @@ a refusal before anything runs, and what a failed step leaves in the result. The
 here (ScriptedHost answers each module with a scripted result and records the call); the lab's real systemd runs
 the same actions in every rollout and rollback (tests/integration/test_rollout_faults.py, test_fleet.py)."""
 
+import base64
 import importlib.util
 import re
 from pathlib import Path
@@ -281,10 +282,57 @@ def test_renew_adopts_the_current_original_and_returns_both_versions():
                              "both_versions": ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]}})
     result = action.run(task_vars={})
     assert not result.get("failed") and result["changed"], result
-    assert calls[2] == ("serving_snapshot", {"unit": "sglang.service", "files": files, "replace": True,
+    assert calls[-1] == ("serving_snapshot", {"unit": "sglang.service", "files": files, "replace": True,
                                              "state": {"UnitFileState": "enabled", "ActiveState": "active"},
                                              "dest": "/var/lib/serving-rollout/sglang.service"})
     assert result["both_versions"] == ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]
+
+
+NOT_A_CANDIDATE = {"status": {"LoadState": "not-found", "ActiveState": "inactive"}}
+PROMOTED = {"content": base64.b64encode(b'{"run_id": "20261207T071336Z", "unit": "sglang.service"}').decode()}
+
+
+def test_renew_over_a_promotion_in_place_is_refused_before_anything_is_written_naming_the_run():
+    action, calls = scripted("snapshot_renew", RENEW_ARGS, {
+        "ansible.builtin.systemd_service": NOT_A_CANDIDATE,
+        "serving_recipe": {"files": [], "unit": {}},
+        "ansible.builtin.stat": {"stat": {"exists": True}}, "ansible.builtin.slurp": PROMOTED})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"].startswith(
+        "refused before any change: run 20261207T071336Z is promoted on this host "
+        "(/var/lib/serving-rollout/sglang.service/promoted.json)"), result
+    assert "rollback.yml" in result["msg"] and "-e rollout_renew_over_promotion=true" in result["msg"]
+    assert [name for name, _ in calls if name not in ("ansible.builtin.stat", "ansible.builtin.slurp",
+                                                      "ansible.builtin.systemd_service", "serving_recipe")] == []
+
+
+def test_renew_told_to_go_over_a_promotion_keeps_the_pre_promotion_snapshot_checked_then_replaces_it():
+    keep = "/var/lib/serving-rollout/sglang.service.pre-promotion-20261207T071336Z"
+    action, calls = scripted("snapshot_renew", {**RENEW_ARGS, "over_promotion": True}, {
+        "ansible.builtin.systemd_service": NOT_A_CANDIDATE,
+        "serving_recipe": {"files": [], "unit": {}},
+        "ansible.builtin.stat": [{"stat": {"exists": True}}, {"stat": {"exists": True, "checksum": "ab"}},
+                                 {"stat": {"exists": True, "checksum": "ab"}}],
+        "ansible.builtin.slurp": PROMOTED, "ansible.builtin.copy": {"changed": True},
+        "ansible.builtin.file": {"changed": True},
+        "serving_snapshot": {"changed": True, "manifest": {"files": []}, "both_versions": ["unit: diff"]}})
+    result = action.run(task_vars={})
+    assert not result.get("failed") and result["kept_pre_promotion"] == keep, result
+    order = [name for name, _ in calls]
+    assert order.index("ansible.builtin.copy") < order.index("ansible.builtin.file") < order.index("serving_snapshot")
+    assert dict(calls)["ansible.builtin.copy"]["dest"] == keep + "/"
+
+
+def test_renew_over_a_promotion_whose_copy_does_not_match_adopts_nothing():
+    action, calls = scripted("snapshot_renew", {**RENEW_ARGS, "over_promotion": True}, {
+        "ansible.builtin.systemd_service": NOT_A_CANDIDATE,
+        "serving_recipe": {"files": [], "unit": {}},
+        "ansible.builtin.stat": [{"stat": {"exists": True}}, {"stat": {"exists": True, "checksum": "ab"}},
+                                 {"stat": {"exists": False}}],
+        "ansible.builtin.slurp": PROMOTED, "ansible.builtin.copy": {"changed": True}})
+    result = action.run(task_vars={})
+    assert result["failed"] and "does not match it" in result["msg"] and "nothing was adopted" in result["msg"]
+    assert "serving_snapshot" not in [name for name, _ in calls] and "ansible.builtin.file" not in dict(calls)
 
 
 def test_a_refused_snapshot_names_its_step():
