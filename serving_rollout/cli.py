@@ -52,7 +52,8 @@ MEANING = {0: "every host acceptable (or restored, for rollback; done, for captu
            64: "usage error"}
 # The plays tell the controller their progress in one fact (set_fact), read here from runner's
 # events: a task's name is for people and may change freely.
-PROGRESS_FACTS = ("rollout_progress", "fleet_progress", "promotion_progress")  # one per role that reports (ansible-lint's role prefix)
+# one per role that reports (ansible-lint's role prefix)
+PROGRESS_FACTS = ("rollout_progress", "fleet_progress", "promotion_progress")
 
 
 def parse_extra_vars(values):

@@ -140,7 +140,8 @@ def test_promotion_refused_for_a_failing_decision(tmp_path):
     run_id = run.name.removeprefix("rollout-")
     before = unit_text()
     refused = promote(tmp_path, run_id, run_id)
-    assert refused.returncode != 0 and f"refused before any change: run {run_id} does not allow promotion: its verdict is reject" in refused.stdout
+    said = f"refused before any change: run {run_id} does not allow promotion: its verdict is reject"
+    assert refused.returncode != 0 and said in refused.stdout
     assert unit_text() == before
 
 
@@ -222,8 +223,9 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
         result = cli("promote", run_id, "--approve", "--evidence", str(evidence))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
         out = " ".join(result.stdout.split())
-        assert (f"lab-gpu-1: PROMOTED run {run_id} on lab-gpu-1: sglang.service now runs with env:NCCL_P2P_DISABLE 1 -> 0, "
-                "healthy. The previous original is kept in /var/lib/serving-rollout/sglang.service/") in out, out
+        assert (f"lab-gpu-1: PROMOTED run {run_id} on lab-gpu-1: sglang.service now runs with "
+                "env:NCCL_P2P_DISABLE 1 -> 0, healthy. The previous original is kept in "
+                "/var/lib/serving-rollout/sglang.service/") in out, out
         assert "Undo: bin/serving-rollout rollback -i inventory/lab" in out and "+Environment=NCCL_P2P_DISABLE=0" in \
             result.stdout and out.endswith(f"exit 0: every host promoted (artifacts {result.stdout.split()[-1][:-1]})")
         record = json.loads((evidence / "lab-gpu-1" / f"promotion-{run_id}" / "promotion.json").read_text())
@@ -241,8 +243,9 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
         for check in (["--check"], []):
             renew = cli("renew", *check, "--evidence", str(evidence))
             said = " ".join(renew.stdout.split())
-            assert renew.returncode == 3 and f"lab-gpu-1: refused before any change: run {run_id} is promoted on this " \
-                "host" in said and "rollback.yml" in said, renew.stdout[-3000:] + renew.stderr[-2000:]
+            assert renew.returncode == 3 and (f"lab-gpu-1: refused before any change: run {run_id} is promoted "
+                                              "on this host") in said and "rollback.yml" in said, \
+                renew.stdout[-3000:] + renew.stderr[-2000:]
         assert lab("cat", "/var/lib/serving-rollout/sglang.service/manifest.json").stdout == snapshot
         assert lab("test", "-e", f"/var/lib/serving-rollout/sglang.service.pre-promotion-{run_id}",
                    check=False).returncode != 0
