@@ -14,6 +14,8 @@ from serving_rollout import evidence, proposal
 from serving_rollout.candidate_plan import candidate_plan_errors
 from serving_rollout.play.actions import PlayAction
 
+REPO = Path(__file__).resolve().parent.parent
+
 display = Display()
 
 
@@ -31,6 +33,18 @@ def peer_path(host_dir):
     return {"verdict": verdict, "evidence": str(path.relative_to(Path(host_dir).parent))}
 
 
+def shown(path):
+    """A path as an operator types it from the repository's root (where bin/serving-rollout is), else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def inventory_of(task_vars):
+    """The inventory this play was given, as shown()."""
+    sources = task_vars.get("ansible_inventory_sources") or [task_vars.get("inventory_dir") or "INVENTORY"]
+    return shown(sources[0]) if sources[0] != "INVENTORY" else "INVENTORY"
+
+
 class ActionModule(PlayAction):
     def step(self, p, task_vars):
         host_dir = Path(p["evidence_dir"]) / p["host"]
@@ -45,8 +59,9 @@ class ActionModule(PlayAction):
         problems = candidate_plan_errors(document)
         if problems:  # the tool's own plan must be one plan.yml takes
             raise AnsibleActionFail(f"the proposed plan is not a valid candidate plan: {'; '.join(problems)}")
-        text = proposal.report(p["host"], p["unit"], found, plan)
         folder = host_dir / f"proposal-{p['run_id']}"
+        text = proposal.report(p["host"], p["unit"], found, plan,
+                               f"bin/serving-rollout plan {shown(folder / 'plan.json')} -i {inventory_of(task_vars)}")
         result = {"changed": not self._task.check_mode, "folder": str(folder),
                   "candidates": [c["id"] for c in plan["candidates"]], "not_proposed": plan["not_proposed"]}
         display.display(text)

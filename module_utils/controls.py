@@ -57,8 +57,8 @@ def _arg(cid, group, what, setters, default, value, requires=(), after=(), numer
 CATALOG = [
     # ---- transport (the seed plan's first three) ----
     {"id": "p2p", "group": "transport", "path": "peer",
-     "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (value set0, the default) or is "
-             "removed (value drop)",
+     "what": "NCCL peer-to-peer between the GPUs: NCCL_P2P_DISABLE=1 becomes 0 (the default; plan value "
+             "\"set0\") or is removed (plan value \"drop\")",
      "set": {engine: {"kind": "env", "name": "NCCL_P2P_DISABLE", "value": "$value"} for engine in ENGINES},
      "value": {"choices": ["set0", "drop"], "unset": "set0", "map": {"set0": "0", "drop": None}},
      "default": {engine: "P2P where NCCL's topology search allows it" for engine in ENGINES},
@@ -248,8 +248,10 @@ def change_for(control_id, engine, value=None):
     if "one_of" in item:
         keys = set(value) if isinstance(value, dict) else set()
         if len(keys) != 1 or not keys <= set(item["one_of"]):
-            raise ControlError(f"{control_id} needs exactly one of {{chunked_prefill_size: N}} or "
-                               f"{{speculative: {{--speculative-*: value}}}}, got {value!r}")
+            given = "no setting" if value is None else f"{json.dumps(value)}"
+            raise ControlError(f"{control_id} needs its setting: add \"control\" to the entry with exactly one of "
+                               f'{{"chunked_prefill_size": N}} or {{"speculative": {{"--speculative-*": value}}}}; '
+                               f"got {given}")
         key = keys.pop()
         return change_for(item["one_of"][key], engine, value[key])
     setter = item["set"].get(engine)

@@ -326,9 +326,48 @@ def restoration_text(outcome, restoration):
     if not after:
         why = outcome.get("note") or outcome.get("failure") or "no restoration proof was recorded"
         return f"Restoration: not proven ({why})."
+    errors = restoration.get("journal_errors") or []
     return (f"Restoration: original {after.get('ActiveState')}/{after.get('UnitFileState')}, NRestarts "
-            f"{after.get('NRestarts')}, new invocation {after.get('InvocationID')}, journal errors "
-            f"{restoration.get('journal_errors')}, files equal to the snapshot: {len(restoration.get('files', []))}.")
+            f"{after.get('NRestarts')}, new invocation {after.get('InvocationID')}, journal errors: "
+            f"{('; '.join(map(str, errors)) if isinstance(errors, list) else str(errors)) or 'none'}; "
+            f"{len(restoration.get('files', []))} files equal to the snapshot.")
+
+
+METRIC_WORDS = {"ttft_s": "TTFT", "e2e_s": "E2E", "decode_tps": "decode tokens/s", "output_tps": "output tokens/s"}
+EVIDENCE_FOLDERS = {"capture": "capture-*", "peer_path": "peer-path-*"}  # what each assumed prerequisite would be
+
+
+def rule_text(rule):
+    """A verdict rule in words: which metrics must be better, which must not be worse, and any other setting."""
+    def metrics(names):
+        return " and ".join(METRIC_WORDS.get(name, name) for name in names)
+
+    said = [f"{metrics(rule['need_better'])} better" if rule.get("need_better") else "no metric needs to be better"]
+    if rule.get("guard"):
+        said.append(f"{metrics(rule['guard'])} not worse")
+    said += [f"{key.replace('_', ' ')} {value}" for key, value in rule.items() if key not in ("need_better", "guard")]
+    return ", ".join(said)
+
+
+def setting_text(value, absent):
+    """A control's setting as a person reads it: the value itself, or what its absence means."""
+    return absent if value is None else str(value)
+
+
+def counts_text(counts):
+    """{'baseline': 0, 'candidate': 2} as 'baseline 0, candidate 2'."""
+    return ", ".join(f"{name} {n}" for name, n in counts.items()) if isinstance(counts, dict) else str(counts)
+
+
+def assumed_text(assumed, host_dir):
+    """The prerequisites the inventory assumed, each checked against the host's evidence folder."""
+    said = []
+    for name in assumed:
+        found = sorted(Path(host_dir).glob(EVIDENCE_FOLDERS.get(name, f"{name}-*")))
+        said.append(f"{name} (" + (f"this host has {found[-1].name}, which the run did not rely on" if found
+                                   else "no such evidence on this host") + ")")
+    return ("Prerequisites the inventory assumed (serving_recipe_assumed_evidence), not observed: "
+            + "; ".join(said) + ".")
 
 
 def looked(cell):
@@ -336,7 +375,9 @@ def looked(cell):
     look = cell.get("look") or {}
     if look.get("looks", 1) <= 1:
         return ""
-    return f"; judged at look {look['look']} of {look['looks']} against the {look['against']}"
+    against = {"both brackets": "both baseline brackets", "first bracket": "the first baseline bracket"}.get(
+        look["against"], look["against"])
+    return f"; judged at look {look['look']} of {look['looks']} against {against}"
 
 
 def speculation_lines(spec):
@@ -388,7 +429,7 @@ def decision_lines(decision):
     """What the decision rests on, beyond its verdict: error control, spend, load, KV, numerics, versions."""
     lines = []
     if decision.get("method"):
-        lines += [f"Error control: {decision['method']}.", ""]
+        lines += [f"Error control: {decision['method'].rstrip('.')}.", ""]
     if decision.get("requests_per_arm"):
         spent = ", ".join(f"{arm} {n}" for arm, n in decision["requests_per_arm"].items())
         lines += [f"Requests spent per arm: {spent}.", ""]
@@ -447,7 +488,8 @@ def cell_rows(verdict, cells):
         lines.append(f"| {cell['cell']} target | {p50} actual prompt tokens p50; n: candidate "
                      f"{spent.get('candidate')}, baseline {spent.get('baseline-1')} + {spent.get('baseline-2')} "
                      f"(bracketed): median {'; '.join(parts)}; baseline drift "
-                     f"{pct(cell.get('baseline_drift'))}; failures {cell['failures']}{looked(cell)} |")
+                     f"{pct(cell.get('baseline_drift'))}; failed requests: {counts_text(cell['failures'])}"
+                     f"{looked(cell)} |")
     return lines
 
 
@@ -456,9 +498,9 @@ def gate_lines(preflight, gates, verdict, outcome):
     lines = []
     checks = preflight.get("checks", [])
     if checks:
+        skipped = [f"'{c['check']}'" for c in checks if c["verdict"] == "skipped"]
         lines.append(f"Preflight: {sum(c['verdict'] == 'pass' for c in checks)} of {len(checks)} checks passed"
-                     + (f", skipped: {', '.join(c['check'] for c in checks if c['verdict'] == 'skipped')}"
-                        if any(c["verdict"] == "skipped" for c in checks) else "") + ".")
+                     + (f"; {len(skipped)} skipped: {' and '.join(skipped)}" if skipped else "") + ".")
     else:
         lines.append(f"Preflight: not run{' (' + outcome['note'] + ')' if outcome.get('note') else ''}.")
     for phase in ("candidate", "restored"):
@@ -508,13 +550,14 @@ def render_card(run):
     double = bool(outcome.get("engine_double")) or any("engine_double" in str(word)
                                                        for word in original.get("argv") or [])
     assumed = sorted(k for k, v in ((recipes.get("evidence_used") or {}).get("assumed") or {}).items() if v)
-    rule = (f"under the rule {json.dumps(decision['rule'])}" if decision.get("rule")
+    rule = (f"under the rule: {rule_text(decision['rule'])}" if decision.get("rule")
             else f"(no verdict rule applied: {outcome.get('failure') or 'no cells were judged'})")
     concurrency = sorted({c.get("concurrency") for arm in cells.values() for c in arm if c.get("concurrency")})
     lines = [f"# {outcome.get('candidate_id')} candidate A/B on {outcome.get('host')}", "",
              f"Run: {outcome.get('run_id')}", "",
              f"Decision: **{decision['verdict']}** {rule}. "
-             f"Promotion allowed: {decision['promotion_allowed']} (a separate human step).", ""]
+             f"Promotion: {'allowed' if decision['promotion_allowed'] else 'not allowed'}"
+             f"{' (a separate human step)' if decision['promotion_allowed'] else ''}.", ""]
     if double:
         lines += ["Engine: a TEST DOUBLE, not SGLang or vLLM. Its timings show what this tool measures "
                   "and decides, never the real engine's performance.", ""]
@@ -526,18 +569,19 @@ def render_card(run):
               f" / {original.get('runtime')}; image {original.get('image') or 'none (process)'} |",
               f"| Hardware | {hardware_text(outcome, preflight)} |",
               f"| TP, context, GPUs | TP={original.get('tp_size')}, {original.get('context_length')} tokens, "
-              f"GPUs {original.get('gpus')} |",
+              f"GPUs {original.get('gpus') or 'not named in the unit'} |",
               f"| Concurrency | {', '.join(f'C{c}' for c in concurrency) or 'no cells ran'} |",
               f"| Delta | {(decision.get('versions') or {}).get('delta') or ''}"
               f"{' - ' if (decision.get('versions') or {}).get('delta') else ''}"
-              f"{difference.get('control')}: {difference.get('before')!r} -> {difference.get('after')!r} |"]
+              f"{difference.get('control')}: {setting_text(difference.get('before'), 'not set')} -> "
+              f"{setting_text(difference.get('after'), 'removed')} |"]
     lines += cell_rows(verdict, cells)
     lines += ["| Evidence | manifest.json, decision.json, cells.png |", "", "![cells](cells.png)", "",
               "## Gates and retained failures", ""]
     lines += gate_lines(preflight, gates, verdict, outcome)
     lines += ["", "## What the decision rests on", ""] + decision_lines(decision)
     if assumed:
-        lines += [f"Prerequisites assumed, not observed: {', '.join(assumed)} (no such evidence on this host).", ""]
+        lines += [assumed_text(assumed, run.parent), ""]
     lines += ["## Telemetry (NVML on the host, over the cell's GPUs and chunks)", ""]
     for arm in [a for a in ARMS if a in cells]:
         lines += [f"- {cell.get('name')} {arm}: {telemetry_text(cell.get('telemetry'))}" for cell in cells[arm]]

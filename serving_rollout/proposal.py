@@ -281,8 +281,10 @@ def predicted(item, facts):
 def gate(item):
     numerics = item.get("numerics")
     proof = (item.get("proof") or {}).get("kind", "the catalog's proof")
+    probe = (f"the numerical-equivalence probe within its {numerics} tolerance" if numerics
+             else "the numerical-equivalence probe recorded, not judged")
     return (f"the engine shows the change ({proof}); every rollout gate, the bracketed A/B cells and the endurance "
-            f"cell; numbers {numerics or 'recorded, not judged'}; restored exactly, promotion a human step")
+            f"cell; {probe}; restored exactly, promotion a human step")
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------------
@@ -421,14 +423,14 @@ def plan_document(host, proposal, capture_evidence=None):
                             "Promotion remains a separate human gate"]}
 
 
-def report(host, unit, found, proposal):
-    """report.md: the same for a person, with what was not proposed and why."""
+def report(host, unit, found, proposal, plan_command="bin/serving-rollout plan PLAN.json -i INVENTORY"):
+    """report.md: the same for a person, with what was not proposed and why, and the command that runs the plan."""
     first = ([f"**Nothing is proposed: {proposal['blocked']}**", ""] if proposal.get("blocked") else
              ["**Nothing to try here: no candidate fits this host (each control's reason below); plan.json lists "
               "none.**", ""] if not proposal["candidates"] else [])
     lines = [f"# Proposal for {host} ({unit})", "", *first,
              "Read-only: nothing on the host was changed. Review the pins, "
-             "then run the plan (`bin/serving-rollout plan plan.json -i INVENTORY`) once its prerequisites are met.",
+             f"then run the plan (`{plan_command}`) once its prerequisites are met.",
              "", "## Pins (observed; copy into the inventory's serving_expected)", "", "| pin | value | read from |",
              "|---|---|---|"]
     lines += [f"| {key} | `{pin['value']}` | {pin['source']} |" for key, pin in found.items()]
@@ -440,6 +442,6 @@ def report(host, unit, found, proposal):
             lines.append(f"- predicted: {c['predicted'].get('text') or c['predicted'].get('reason')}")
         lines += [f"- gate: {c['gate']}", ""]
     if not proposal["candidates"]:
-        lines += ["None.", ""]
+        lines += ["No candidate.", ""]
     lines += ["## Not proposed", ""] + [f"- {s['id']}: {s['why']}" for s in proposal["not_proposed"]]
     return "\n".join(lines) + "\n"

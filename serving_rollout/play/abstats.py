@@ -30,18 +30,20 @@ from serving_rollout.module_utils.conditions import CONDITION_LIMITS, conditions
 
 LOWER_IS_BETTER = {"ttft_s": True, "e2e_s": True, "decode_tps": False}
 DEFAULT_RULE = {"guard": ["ttft_s", "e2e_s"], "need_better": ["ttft_s", "e2e_s"]}
-STOPPING = ("a cell stops at a look when a guard metric is worse, or a need_better metric is better and every "
+# Said in the decision record and on the card: plain sentences, each short enough to read once.
+STOPPING = ("A cell stops at a look when a guard metric is worse, or when a need_better metric is better and every "
             "other guard metric is shown no worse than min_effect (one-sided Mann-Whitney non-inferiority at "
-            "alpha); otherwise it runs to its last look, judged against both baseline brackets")
-METHOD = ("Holm within each look over the cell's one-sided Mann-Whitney tests (rule metrics x better/worse); "
-          "alpha split equally over the cells; over a cell's looks a constant nominal p-value boundary per Holm "
-          "step that one test crosses at any look with at most that step's level under identical arms (from the "
-          "permutation distribution of the ranks, simulated; never below Bonferroni over the looks); a verdict "
-          "also needs |median delta| >= min_effect; family-wise error of the decision <= alpha (union bound); "
-          + STOPPING)
-NONINFERIORITY = ("; an upgrade's rule (no metric needs to be better) is acceptable when no cell is worse and every "
-                  "cell's guard metrics are each shown at most noninferior_margin worse (one-sided Mann-Whitney of "
-                  "the candidate scaled back by the margin, at the cell's share of alpha; all must be shown)")
+            "alpha). Otherwise it runs to its last look and is judged against both baseline brackets.")
+METHOD = ("Each look applies Holm's method to the cell's one-sided Mann-Whitney tests (each rule metric, better and "
+          "worse). Alpha is split equally over the cells. Over a cell's looks, each Holm step has one constant "
+          "nominal p-value boundary: one test crosses it at any look with at most that step's level when the arms "
+          "are identical (simulated from the permutation distribution of the ranks, never below Bonferroni over the "
+          "looks). A verdict also needs the median delta to be at least min_effect in size. The family-wise error "
+          "of the decision is at most alpha (union bound). " + STOPPING)
+NONINFERIORITY = (" An upgrade's rule, where no metric needs to be better, is acceptable when no cell is worse and "
+                  "every cell's guard metrics are each shown at most noninferior_margin worse (a one-sided "
+                  "Mann-Whitney test of the candidate scaled back by the margin, at the cell's share of alpha; all "
+                  "must be shown).")
 # Draws of simulated ranks behind a sequential boundary: a chance of 0.005 is estimated to about 3 %.
 BOUNDARY_DRAWS = 200_000
 

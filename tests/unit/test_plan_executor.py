@@ -46,7 +46,8 @@ def run(tmp_path, path, runs, originals=None, policy="stop"):
     (["scheduler-and-speculation", "p2p"], {"scheduler-and-speculation": {"chunked_prefill_size": 4096}},
      "$.ordered_candidates[0]: scheduler-and-speculation needs a transport candidate"),
     (["p2p", "scheduler-and-speculation"], None,
-     "$.ordered_candidates[1]: scheduler-and-speculation needs exactly one of"),
+     '$.ordered_candidates[1]: scheduler-and-speculation needs its setting: add "control" to the entry with exactly '
+     'one of {"chunked_prefill_size": N} or {"speculative": {"--speculative-*": value}}; got no setting'),
     (["p2p", "p2p"], None, "$.ordered_candidates[1].id: duplicate id 'p2p'"),
 ])
 def test_plans_are_refused_before_any_change_naming_why(tmp_path, ids, controls, problem):
