@@ -49,6 +49,11 @@ promoted:
   type: bool
   sample: false
   returned: always
+promoted_run_id:
+  description: The run whose promotion the record names ("unreadable" for a record that cannot be read).
+  type: str
+  sample: 20261207T071336Z
+  returned: when a snapshot is found
 clean:
   description: Whether nothing is left to put back (read from systemd's state of both units and the promotion record).
   type: bool

@@ -37,6 +37,15 @@ def read_manifest(manifest_path):
     return manifest
 
 
+def promoted_run_id(path):
+    """The run whose promotion the record names ('unreadable' for a record that cannot be read: still a promotion)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return str(json.load(handle).get("run_id") or "unreadable")
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"
+
+
 def read_snapshot(run, p):
     """snapshot_read's answer (its arguments as p): the restore recipe, whether a promotion is to undo and whether
     anything is left to put back; with no snapshot, proof that the host was never changed by this tool (else
@@ -47,6 +56,7 @@ def read_snapshot(run, p):
         manifest = read_manifest(manifest_path)
         promoted = os.path.exists(os.path.join(folder, "promoted.json"))
         return {"changed": False, "found": True, "manifest": manifest, "state": {}, "promoted": promoted,
+                "promoted_run_id": promoted_run_id(os.path.join(folder, "promoted.json")) if promoted else None,
                 "clean": clean(run, show(run, p["unit"], required=False), p["candidate_unit"], promoted)}
     state = show(run, p["unit"])
     problem = untouched_refusal(p["unit"], p["candidate_unit"],

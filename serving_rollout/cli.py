@@ -271,32 +271,93 @@ def run_plan_command(args, extravars):
     if args.json:
         print(json.dumps({**doc, "exit_code": code}, indent=2, sort_keys=True))
     else:
-        print(f"plan report: {doc['folder']}/report.md; recommended promotion order: "
-              f"{', '.join(doc['recommended_promotion_order']) or 'none'}")
+        order = [f"{row['id']} (run {row['run_id']})" for row in doc["candidates"]
+                 if row["id"] in doc["recommended_promotion_order"]]
+        print(f"plan report: {doc['folder']}/report.md; recommended promotion order: {', '.join(order) or 'none'}")
         print(f"exit {code}: {MEANING[code]}")
+        print(plan_next_step(doc, args))
     return code
+
+
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def host_story(host_dir):
+    """A host's promotions and rollbacks from its evidence folder: the original in place and the last rollback."""
+    promotions = sorted((read_json(path) for path in host_dir.glob("promotion-*/promotion.json")),
+                        key=lambda record: str(record.get("promoted_at")))
+    rollbacks = sorted(host_dir.glob("rollback-*"))
+    last = rollbacks[-1].name.removeprefix("rollback-") if rollbacks else None
+    story = {}
+    if last:
+        said = read_json(rollbacks[-1] / "restoration.json")
+        story["last_rollback"] = {"id": last, "restored": said.get("restored"), "failure": said.get("failure"),
+                                  "undid_promotion_of_run": said.get("undid_promotion_of_run")}
+    if promotions:
+        newest = promotions[-1]
+        when = str(newest.get("promoted_at", ""))
+        undone = [r.name.removeprefix("rollback-") for r in rollbacks if r.name.removeprefix("rollback-") > when]
+        story["original"] = ({"promoted_from_run": newest.get("run_id"), "promoted_at": when}
+                             if not undone else {"promotion_undone": newest.get("run_id"), "by_rollback": undone[0]})
+    return story
+
+
+def plan_next_step(doc, args):
+    """After a plan: promote its first recommended candidate, or run the plan again once its stop is dealt with."""
+    first = next((row for row in doc["candidates"] if row["id"] in doc["recommended_promotion_order"]), None)
+    if first:
+        return (f"next: review {first['id']}'s card, then promote it: bin/serving-rollout promote {first['run_id']} "
+                f"--approve -i {args.inventory} (then run the plan again against the new original)")
+    return (f"next: read {doc['folder']}/report.md; nothing to promote. After dealing with what stopped it: "
+            f"bin/serving-rollout plan {args.plan_file} -i {args.inventory}")
 
 
 def status(evidence):
     index_path = Path(evidence) / "index.json"
-    if not index_path.exists():
-        return {"runs": [], "fleets": [], "latest_per_host": {}}
-    index = json.loads(index_path.read_text())
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
     latest = {}
     for run in index.get("runs", []):
         latest[run["host"]] = run  # index order is finishing order
-    return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:]}
+    hosts = {path.name: host_story(path) for path in sorted(Path(evidence).glob("*/"))
+             if path.is_dir() and not path.name.startswith(("fleet-", "plan-", "runner"))}
+    return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:],
+            "hosts": {host: story for host, story in hosts.items() if story}}
+
+
+def story_lines(host, story):
+    """A host's original in place and its last rollback, one line each."""
+    lines = []
+    original = story.get("original")
+    if original and "promoted_from_run" in original:
+        lines.append(f"{host}: original: promoted from run {original['promoted_from_run']} at "
+                     f"{original['promoted_at']}; undo: bin/serving-rollout rollback -i INVENTORY")
+    elif original:
+        lines.append(f"{host}: original: the pre-promotion original (run {original['promotion_undone']}'s promotion "
+                     f"undone by rollback {original['by_rollback']})")
+    rollback = story.get("last_rollback")
+    if rollback:
+        ended = "restored and proven" if rollback["restored"] else f"NOT restored: {rollback['failure']}"
+        undid = f", the promotion of run {rollback['undid_promotion_of_run']} undone" \
+            if rollback.get("undid_promotion_of_run") else ""
+        lines.append(f"{host}: last rollback {rollback['id']}: {ended}{undid}")
+    return lines
 
 
 def status_table(found):
     """The latest run per host and the latest fleet runs, for a person."""
-    rows = [("host", "run", "candidate", "verdict", "evidence")]
-    rows += [(host, str(run.get("run_id")), str(run.get("candidate_id")), str(run.get("verdict")),
+    rows = [("host", "run", "candidate", "outcome", "evidence")]
+    rows += [(host, str(run.get("run_id")), str(run.get("candidate_id")), str(run.get("outcome") or run.get("verdict")),
               str(run.get("path") or "")) for host, run in sorted(found.get("latest_per_host", {}).items())]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     if len(rows) == 1:
         lines = ["no runs recorded yet"]
+    for host, story in sorted(found.get("hosts", {}).items()):
+        lines += story_lines(host, story)
     for fleet_run in found.get("fleets", []):
         hosts = ", ".join(f"{host} {outcome}" for host, outcome in sorted((fleet_run.get("hosts") or {}).items()))
         stopped = f"; stopped at {fleet_run['stopped_at']}" if fleet_run.get("stopped_at") else ""

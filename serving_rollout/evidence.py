@@ -800,12 +800,20 @@ def finalize(run):
         index["runs"] = [r for r in index["runs"] if r["path"] != str(run.relative_to(run.parent.parent))]
         index["runs"].append({"path": str(run.relative_to(run.parent.parent)), "run_id": decision["run_id"],
                               "host": decision["host"], "candidate_id": decision["candidate_id"],
-                              "verdict": decision["verdict"]})
+                              "verdict": decision["verdict"], "outcome": run_outcome(outcome, decision)})
         fleet.write_json(index_path, index)
     # what the host keeps of this run, where the evidence's writer cannot reach (promotion checks it)
     host_record = {"run_id": decision["run_id"], "verdict": decision["verdict"],
                    "promotable": decision["promotion_allowed"], "decision_sha256": sha256(run / "decision.json")}
     return {**decision, "host_record": host_record}
+
+
+def run_outcome(outcome, decision):
+    """The run's outcome in the fleet's words: a failed candidate with the original restored or not, else its
+    verdict as acceptable or not."""
+    if outcome.get("failure"):
+        return "failed, restored" if outcome.get("restored") else "failed, NOT restored"
+    return "acceptable" if decision["verdict"] == "acceptable" else "not acceptable"
 
 
 def check_dir(folder, min_free_mib):

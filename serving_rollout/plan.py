@@ -192,15 +192,21 @@ def render_markdown(doc):
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n, row in enumerate(doc["candidates"], 1):
         hosts = row.get("hosts") or []
-        met = "; ".join(sorted({f"{k}: {v}" for h in hosts for k, v in (h["prerequisites_met_by"].get("observed")
-                                                                          or {}).items() if v}))
+        met = "; ".join(sorted({f"{k}: {'observed' if v is True else v}" for h in hosts
+                                for k, v in (h["prerequisites_met_by"].get("observed") or {}).items() if v}
+                               | {f"{k}: ASSUMED by the inventory, not observed" for h in hosts
+                                  for k, v in (h["prerequisites_met_by"].get("assumed") or {}).items() if v}))
         pvm = "; ".join(str(h["predicted_vs_measured"]) for h in hosts if h.get("predicted_vs_measured")) or "-"
-        note = row.get("reason") or "; ".join(r for h in hosts for r in (h.get("reasons") or [])[:2])
-        lines.append(f"| {n} | {row['id']} | {row['status']} | {row.get('outcome') or ''} {note[:200]} | "
-                     f"{met or '-'} | {pvm[:200]} | {row.get('gpu_seconds', '')} GPU-s | "
-                     f"{', '.join(h['evidence'] or '' for h in hosts)} |")
-    lines += ["", "Recommended promotion order: " + (", ".join(doc["recommended_promotion_order"]) or "none")
-              + f". {doc['promotion'].capitalize()}.", ""]
+        note = row.get("reason") or "; ".join([*(r for h in hosts for r in (h.get("reasons") or [])[:2]),
+                                               *(f"{h['host']}: {h['failure']}" for h in hosts if h.get("failure")
+                                                 and not h.get("reasons"))])
+        gpu = f"{row['gpu_seconds']} GPU-s" if row.get("gpu_seconds") is not None else "-"
+        lines.append(f"| {n} | {row['id']} | {row['status']} | {row.get('outcome') or ''} {note} | "
+                     f"{met or '-'} | {pvm} | {gpu} | {', '.join(h['evidence'] or '' for h in hosts) or '-'} |")
+    order = [f"{row['id']} (run {row['run_id']})" for row in doc["candidates"]
+             if row["id"] in doc["recommended_promotion_order"]]
+    lines += ["", "Recommended promotion order: " + (", ".join(order) or "none")
+              + f". {doc['promotion'][0].upper()}{doc['promotion'][1:]}.", ""]
     return "\n".join(lines)
 
 
@@ -306,6 +312,11 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
         state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
         save(folder, state, plan, plan_path, policy)
         say(f"plan: {cid} {state['candidates'][cid]['outcome']}")
+        assumed = sorted({k for h in state["candidates"][cid]["hosts"]
+                          for k, v in (h["prerequisites_met_by"].get("assumed") or {}).items() if v})
+        if assumed:
+            say(f"plan: {cid} ran on prerequisites the inventory ASSUMED, not observed: {', '.join(assumed)} "
+                "(serving_recipe_assumed_evidence)")
     doc = save(folder, state, plan, plan_path, policy)
     doc["folder"] = str(folder)
     return doc

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook
+from prose import prose_problems
 
 from serving_rollout.module_utils.host_files import proc_stat
 
@@ -88,7 +89,8 @@ def test_card_re_renders_from_the_run_directory(good_run):
     _, run = good_run
     card = subprocess.run([*EVIDENCE_TOOL, "card", str(run)], capture_output=True, text=True, check=True).stdout
     assert card == (run / "result-card.md").read_text()
-    assert "| Delta | env:NCCL_P2P_DISABLE: '1' -> '0' |" in card
+    assert "| Delta | env:NCCL_P2P_DISABLE: 1 -> 0 |" in card
+    assert prose_problems(card) == []  # for a person: no Python repr, no quoted list, no endless sentence
     assert re.search(r"\| 4k target \| \d+ actual prompt tokens p50; n: candidate [1-6], baseline 4 \+ 4 ", card)
     assert "P2P/IPC both directions, no SHM" in card
     # The lab host has no NVML: the card says so for every arm of every cell, rather than nothing.
@@ -230,6 +232,9 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
             result.stdout and out.endswith(f"exit 0: every host promoted (artifacts {result.stdout.split()[-1][:-1]})")
         record = json.loads((evidence / "lab-gpu-1" / f"promotion-{run_id}" / "promotion.json").read_text())
         assert record["run_id"] == run_id and record["undo"] == "bin/serving-rollout rollback -i inventory/lab"
+        status = subprocess.run([str(REPO / "bin" / "serving-rollout"), "status", "--evidence", str(evidence)],
+                                capture_output=True, text=True, check=True).stdout
+        assert f"lab-gpu-1: original: promoted from run {run_id} at 20" in status, status
         promoted = unit_text()
         assert "Environment=NCCL_P2P_DISABLE=0" in promoted and f"from run {run_id}" in promoted
         assert "[Install]" in promoted and "(candidate)" not in promoted
@@ -250,9 +255,18 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
         assert lab("test", "-e", f"/var/lib/serving-rollout/sglang.service.pre-promotion-{run_id}",
                    check=False).returncode != 0
     finally:
-        back = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+        back = run_playbook("rollback.yml", {"rollout_evidence_dir": str(evidence)}, inventory="inventory/lab",
+                            local=False)
     assert back.returncode == 0, back.stdout[-3000:]
+    assert f"restored and proven, the promotion of run {run_id} undone" in " ".join(back.stdout.split())
     assert unit_text() == original
+    # bin/serving-rollout status: the original in place (the promotion undone, by which rollback), the last run
+    status = subprocess.run([str(REPO / "bin" / "serving-rollout"), "status", "--evidence", str(evidence)],
+                            capture_output=True, text=True, check=True).stdout
+    rollback_id = next((evidence / "lab-gpu-1").glob("rollback-*")).name.removeprefix("rollback-")
+    assert f"lab-gpu-1: original: the pre-promotion original (run {run_id}'s promotion undone by rollback " \
+        f"{rollback_id})" in status, status
+    assert f"lab-gpu-1: last rollback {rollback_id}: restored and proven" in status, status
 
 
 def test_promoted_unit_that_fails_to_start_puts_the_previous_original_back(good_run):

@@ -2,6 +2,7 @@
 the proposal's three files, then the proposed plan taken by the plan executor as it is (issue 51)."""
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,7 +27,7 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
     result = cli("propose", "-i", "inventory/lab", "--evidence", evidence)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     folder = next(Path(evidence, "lab-gpu-1").glob("proposal-*"))
-    assert f"lab-gpu-1: ok ({folder})" in result.stdout
+    assert f"lab-gpu-1: proposed ({folder})" in result.stdout
     assert (lab_unit_state()["InvocationID"], lab_files_hash()) == before  # read-only on the host
     written = lab("find", "/etc", "/var/lib", "-newer", "/tmp/before-propose", "-type", "f", check=False).stdout
     assert [path for path in written.split() if "/journal/" not in path] == []  # nothing written on the host
@@ -44,13 +45,16 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
     assert pins["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and pins["tp_size"] == "2"
     assert "lab-secret" not in (folder / "pins.yml").read_text() + (folder / "report.md").read_text()
     report = (folder / "report.md").read_text()
+    # the report's next step is a command that runs as written (it is run below)
+    command = re.search(r"`(bin/serving-rollout plan \S+ -i \S+)`", report).group(1)
+    assert command == f"bin/serving-rollout plan {folder}/plan.json -i inventory/lab", report
     assert "## Not proposed" in report and "- engine-image: an engine upgrade is the operator's choice" in report
 
     # The plan as proposed, through the plan executor (the lab assumes the peer path): its first candidate fails
     # fast at start here (a fault of the double), is restored, and the plan stops there.
     lab("sh", "-c", f"mkdir -p {FAULTS} && echo fail_at_start > {FAULTS}/sglang-candidate.service")
     try:
-        ran = cli("plan", str(folder / "plan.json"), "-i", "inventory/lab", "--evidence", evidence, "-e", SMALL)
+        ran = cli(*command.split()[1:], "--evidence", evidence, "-e", SMALL)
     finally:
         lab("rm", "-f", f"{FAULTS}/sglang-candidate.service", "/var/lib/serving-rollout/sglang.service.lock",
             check=False)
@@ -59,4 +63,10 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
                                                                        ("custom-all-reduce", "not run")], \
         ran.stdout[-4000:]
     assert doc["candidates"][0]["id"] == "p2p" and doc["candidates"][0]["outcome"] == "failed, restored", doc
+    # the lab assumes the capture and the peer path: said on the console and in the report, never hidden
+    assert "plan: p2p ran on prerequisites the inventory ASSUMED, not observed: capture, peer_path" in ran.stdout, \
+        ran.stdout[-3000:]
+    plan_report = next(Path(evidence).glob("plan-*/report.md")).read_text()
+    assert "peer_path: ASSUMED by the inventory, not observed" in plan_report, plan_report
+    assert "next: read " in ran.stdout and "nothing to promote" in ran.stdout
     assert lab_unit_state()["ActiveState"] == "active" and lab_files_hash() == before[1]

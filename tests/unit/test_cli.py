@@ -120,7 +120,7 @@ def test_status_is_a_table_by_default_and_json_when_asked(capsys, tmp_path):
         "fleets": [{"hosts": {"gpu-1": "acceptable", "gpu-2": "not-started"}, "run_id": "R2", "stopped_at": None}]}))
     assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["host", "run", "candidate", "verdict", "evidence"]
+    assert lines[0].split() == ["host", "run", "candidate", "outcome", "evidence"]
     assert lines[1].split() == ["gpu-1", "R2", "cumem", "acceptable", "gpu-1/rollout-R2"]  # the latest per host
     assert lines[2] == "fleet R2: gpu-1 acceptable, gpu-2 not-started"
     assert cli.main(["status", "--evidence", str(tmp_path), "--json"]) == 0
@@ -215,3 +215,25 @@ def test_run_ends_with_the_promote_command_and_check_reaches_ansible(monkeypatch
     assert calls[1:] == [("propose", "propose.yml", "--check"), ("capture", "capture.yml", "--check"),
                          ("renew", "renew.yml", "--check"), ("peer-path", "peer-path.yml", "--check")]
     assert "h1: peer path checked" in capsys.readouterr().out
+
+
+def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsys, tmp_path):
+    host = tmp_path / "gpu-1"
+    (host / "promotion-R1").mkdir(parents=True)
+    (host / "promotion-R1" / "promotion.json").write_text(json.dumps(
+        {"run_id": "R1", "promoted_at": "20261207T100000Z"}))
+    (host / "rollback-20261207T090000Z-ab12").mkdir()
+    (host / "rollback-20261207T090000Z-ab12" / "restoration.json").write_text(json.dumps(
+        {"restored": True, "failure": None, "undid_promotion_of_run": None}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "no runs recorded yet",
+        "gpu-1: original: promoted from run R1 at 20261207T100000Z; undo: bin/serving-rollout rollback -i "
+        "INVENTORY", "gpu-1: last rollback 20261207T090000Z-ab12: restored and proven"]
+    (host / "rollback-20261207T110000Z-cd34").mkdir()
+    (host / "rollback-20261207T110000Z-cd34" / "restoration.json").write_text(json.dumps(
+        {"restored": True, "failure": None, "undid_promotion_of_run": "R1"}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "gpu-1: original: the pre-promotion original (run R1's promotion undone by rollback 20261207T110000Z-cd34)",
+        "gpu-1: last rollback 20261207T110000Z-cd34: restored and proven, the promotion of run R1 undone"]
