@@ -365,11 +365,26 @@ def status_table(found):
     return "\n".join(lines)
 
 
+def diff_lines(text):
+    """The diffs of a --check --diff run's output (each from its '--- before' line, or the render's 'host: ---'
+    line, to the next task's result):
+    what a render shows a person, without the task stream around it."""
+    shown, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("--- before") or re.match(r"[\w.-]+: --- ", line):  # Ansible's diff; the render's own
+            inside = True
+        elif line.startswith(("TASK [", "PLAY ", "changed: ", "ok: ", "skipping: ", "fatal: ")):
+            inside = False
+        if inside:
+            shown.append(line)
+    return shown
+
+
 def print_output(result):
     """A render's own output (the candidate against the original), from runner's stdout artifact."""
     stdout = Path(result["artifacts"]) / "stdout"
     if stdout.exists():
-        print(stdout.read_text(errors="replace"))
+        print("\n".join(diff_lines(stdout.read_text(errors="replace"))))
 
 
 def interrupted_run(args, extravars):

@@ -237,3 +237,12 @@ def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsy
     assert capsys.readouterr().out.splitlines()[1:] == [
         "gpu-1: original: the pre-promotion original (run R1's promotion undone by rollback 20261207T110000Z-cd34)",
         "gpu-1: last rollback 20261207T110000Z-cd34: restored and proven, the promotion of run R1 undone"]
+
+
+def test_a_render_shows_its_diffs_without_the_task_stream():
+    render = "TASK [x] ***\nh1: --- a.service\n+++ a-candidate.service\n-X=1\n+X=0\nok: [h1]\n"
+    assert cli.diff_lines(render) == ["h1: --- a.service", "+++ a-candidate.service", "-X=1", "+X=0"]
+    stream = ("TASK [serving_recipe : Render] ***\n--- before: /etc/a.service\n+++ after: /etc/a.service\n@@ -1 +1 @@\n"
+              "-X=1\n+X=0\nchanged: [h1]\n\nPLAY RECAP ***\nh1 : ok=10 changed=1\n")
+    assert cli.diff_lines(stream) == ["--- before: /etc/a.service", "+++ after: /etc/a.service", "@@ -1 +1 @@",
+                                      "-X=1", "+X=0"]
