@@ -147,13 +147,14 @@ def preflight_gpus(params, pre):
     if pre["status"] != "ok":  # nothing after it can be trusted: refused before any copy or collective
         raise ModuleFailure("refused before any GPU work: the preflight failed: " + pre["output"][-800:])
     if preflight.get("missing"):
+        named = ", ".join(map(str, params["gpus"]))
         raise ModuleFailure(f"refused before any GPU work: GPU {', '.join(map(str, preflight['missing']))} named in "
-                             f"gpus {params['gpus']} is not on this host (NVML counts {preflight.get('count')} "
+                             f"gpus {named} is not on this host (NVML counts {preflight.get('count')} "
                              f"GPU{'' if preflight.get('count') == 1 else 's'})", preflight=preflight)
     gpus = params["gpus"] or [g["index"] for g in preflight.get("gpus", [])]
     if len(gpus) < 2:
-        raise ModuleFailure(f"refused before any GPU work: {'one GPU' if len(gpus) == 1 else 'no GPU'} "
-                             f"({gpus}): no peer pair; the peer path does not apply", preflight=preflight)
+        raise ModuleFailure(f"refused before any GPU work: {f'one GPU (GPU {gpus[0]})' if gpus else 'no GPU'}: "
+                             "no peer pair; the peer path does not apply", preflight=preflight)
     busy = {g["index"]: g["compute_processes"] for g in preflight.get("gpus", [])
             if g.get("compute_processes") and g["index"] in gpus}
     if busy and not params["force"]:

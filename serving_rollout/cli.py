@@ -39,7 +39,7 @@ PLAYBOOKS = {"candidate-p2p": "candidate-p2p.yml", "candidate": "candidate.yml",
 EXIT = {"acceptable": 0, "not acceptable": 1, "failed, restored": 2, "refused": 3, "failed, NOT restored": 4}
 EXIT_ERROR = 4  # a host unreachable, a runner error, or an outcome nobody recorded
 EXIT_USAGE = 64
-REFUSED = "refused before any change"  # how a play's refusal begins (its asserts and actions say it so)
+REFUSED = "refused before any"  # how a refusal begins ("... change", "... GPU work"): its asserts and actions say so
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")  # playbooks/tasks/run_id.yml's rule
 CHECKABLE = ("capture", "propose", "renew", "peer-path")  # --check (render always runs so)
 # What a command did, said per host on success (a promotion and a renewal say more in their own closing lines).
@@ -125,6 +125,8 @@ def failure_text(msg):
 
 def meaning_of(kind, code):
     """The exit line's words: what a success did for this command, else what the code means."""
+    if code == EXIT_ERROR and kind not in ("run", "rollback", "promote"):  # nothing of these needs a restore
+        return "a host failed or was unreachable (each host's line above says why)"
     return f"every host {DONE[kind]}" if code == 0 and kind in DONE else MEANING[code]
 
 
@@ -487,7 +489,7 @@ def host_line(kind, host):
     outcome = host["outcome"]
     said = DONE.get(kind, outcome) if outcome == "ok" else host.get("why") or outcome
     if outcome == "refused" or said.startswith(REFUSED):
-        said = host.get("why") or REFUSED
+        said = "refused, nothing changed (the reason above)"
     elif outcome not in ("ok", "refused") and host.get("why"):
         said = f"{outcome}: {host['why']}"
     return f"{host['host']}: {said}" + (f" ({host['evidence']})" if host.get("evidence") else "")

@@ -180,7 +180,10 @@ def test_a_refusal_before_any_change_is_exit_3_with_the_hosts_reason_and_a_succe
     hosts = cli.host_outcomes("renew", "/nowhere", "R", stats, {"h2": why})
     assert hosts == [{"host": "h1", "outcome": "ok"}, {"host": "h2", "outcome": "refused", "why": why}]
     assert cli.exit_code("renew", 2, hosts) == 3
-    assert [cli.host_line("renew", h) for h in hosts] == ["h1: renewed", f"h2: {why}"]
+    assert [cli.host_line("renew", h) for h in hosts] == ["h1: renewed", "h2: refused, nothing changed (the reason "
+                                                                          "above)"]
+    line = cli.progress_line(event("runner_on_failed", "Adopt", role="rollout", res={"msg": why}))
+    assert line == f"h1: {why}"  # the reason, said once, as the host's failure line
     # a failure that changed something is never a refusal
     failed = cli.host_outcomes("promote", "/nowhere", "R", stats, {"h2": "promotion of run R1 failed and ..."})
     assert failed[1]["outcome"] == "failed" and cli.exit_code("promote", 2, failed) == 4

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving_rollout import cli
+from serving_rollout import plan as plan_executor
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -69,7 +70,13 @@ def serving_rollout(words, fenced):
         return "rejected by the parser"
     if args.command == "status":
         return None
-    return cli.usage_problem(args, cli.parse_extra_vars(args.extra_vars))
+    problem = cli.usage_problem(args, cli.parse_extra_vars(args.extra_vars))
+    if problem is None and args.command == "plan":  # the plan itself, as the plan command reads it first
+        try:
+            plan_executor.load_plan(args.plan_file)
+        except plan_executor.PlanError as exc:
+            return str(exc)
+    return problem
 
 
 def run(argv):
@@ -120,3 +127,8 @@ def test_the_extraction_finds_the_commands_the_docs_hold_and_a_broken_one_fails(
     assert problem_of("bin/serving-rollout propose --frobnicate -i inventory/yours", True) == "rejected by the parser"
     assert problem_of("bin/serving-rollout peer-paths -i inventory/yours", True).startswith("no such command")
     assert problem_of("bin/nothing-here", True) == "bin/nothing-here does not exist or cannot run"
+
+
+@pytest.mark.parametrize("plan", sorted((REPO / "plans").glob("*.json")), ids=lambda path: path.name)
+def test_every_plan_in_plans_is_taken_by_the_plan_command(plan):
+    assert serving_rollout(["plan", str(plan.relative_to(REPO)), "-i", "inventory/example"], True) is None
