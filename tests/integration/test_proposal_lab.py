@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, lab, lab_files_hash, lab_unit_state
+from prose import prose_problems
 
 FAULTS = "/etc/engine-double/faults"
 SMALL = json.dumps({"rollout_cells": [{"name": "1k", "prompt_tokens": 1000}], "rollout_cell_requests": 4,
@@ -69,4 +70,8 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
     plan_report = next(Path(evidence).glob("plan-*/report.md")).read_text()
     assert "peer_path: ASSUMED by the inventory, not observed" in plan_report, plan_report
     assert "next: read " in ran.stdout and "nothing to promote" in ran.stdout
+    assert prose_problems(plan_report) == [] and prose_problems(report) == []
+    # status after the plan: the candidate's outcome as the plan report says it, not its A/B verdict alone
+    status = cli("status", "--evidence", evidence).stdout
+    assert re.search(r"^lab-gpu-1 +\S+ +p2p +failed, restored ", status, re.M), status
     assert lab_unit_state()["ActiveState"] == "active" and lab_files_hash() == before[1]
