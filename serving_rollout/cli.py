@@ -299,7 +299,12 @@ def host_story(host_dir):
         said = read_json(rollbacks[-1] / "restoration.json")
         story["last_rollback"] = {"id": last, "restored": said.get("restored"), "failure": said.get("failure"),
                                   "undid_promotion_of_run": said.get("undid_promotion_of_run")}
-    if promotions:
+    renewals = sorted((read_json(path) for path in host_dir.glob("renew-*.json")),
+                      key=lambda record: str(record.get("renewed_at")))
+    renewed = str(renewals[-1].get("renewed_at")) if renewals else ""
+    if renewals and (not promotions or renewed > str(promotions[-1].get("promoted_at"))):
+        story["original"] = {"renewed_at": renewed, "changed": renewals[-1].get("changed") or []}
+    elif promotions:
         newest = promotions[-1]
         when = str(newest.get("promoted_at", ""))
         undone = [r.name.removeprefix("rollback-") for r in rollbacks if r.name.removeprefix("rollback-") > when]
@@ -337,6 +342,9 @@ def story_lines(host, story):
     if original and "promoted_from_run" in original:
         lines.append(f"{host}: original: promoted from run {original['promoted_from_run']} at "
                      f"{original['promoted_at']}; undo: bin/serving-rollout rollback -i INVENTORY")
+    elif original and "renewed_at" in original:
+        lines.append(f"{host}: original: renewed at {original['renewed_at']} ("
+                     + ("; ".join(original["changed"]) or "nothing had changed") + ")")
     elif original:
         lines.append(f"{host}: original: the pre-promotion original (run {original['promotion_undone']}'s promotion "
                      f"undone by rollback {original['by_rollback']})")

@@ -240,6 +240,11 @@ def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsy
     assert capsys.readouterr().out.splitlines()[1:] == [
         "gpu-1: original: the pre-promotion original (run R1's promotion undone by rollback 20261207T110000Z-cd34)",
         "gpu-1: last rollback 20261207T110000Z-cd34: restored and proven, the promotion of run R1 undone"]
+    (host / "renew-20261207T120000Z-ef56.json").write_text(json.dumps(
+        {"renewed_at": "20261207T120000Z", "changed": ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "gpu-1: original: renewed at 20261207T120000Z (/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY)")
 
 
 def test_a_render_shows_its_diffs_without_the_task_stream():
