@@ -335,6 +335,22 @@ def status(evidence):
             "hosts": {host: story for host, story in hosts.items() if story}}
 
 
+def on_the_hosts(inventory, evidence):
+    """{host: what it holds now} from playbooks/host-status.yml (read-only): a live lock, a promotion in place."""
+    said = {}
+
+    def listen(event):
+        line = progress_line(event) if event.get("event") in ("runner_on_ok", "runner_on_unreachable",
+                                                              "runner_on_failed") else None
+        if line:
+            host, text = line.split(": ", 1)
+            said[host] = text
+
+    run_playbook("host-status", "host-status.yml", inventory, {"run_id": fleet.new_run_id("status-")}, evidence,
+                 quiet=True, listen=listen)
+    return said
+
+
 def story_lines(host, story):
     """A host's original in place and its last rollback, one line each."""
     lines = []
@@ -368,6 +384,7 @@ def status_table(found):
         lines = ["no runs recorded yet"]
     for host, story in sorted(found.get("hosts", {}).items()):
         lines += story_lines(host, story)
+    lines += [f"{host}: {text}" for host, text in sorted((found.get("on_the_hosts") or {}).items())]
     for fleet_run in found.get("fleets", []):
         hosts = ", ".join(f"{host} {outcome}" for host, outcome in sorted((fleet_run.get("hosts") or {}).items()))
         stopped = f"; stopped at {fleet_run['stopped_at']}" if fleet_run.get("stopped_at") else ""
@@ -455,6 +472,7 @@ def parser_of():
     st = sub.add_parser("status", help="the latest run per host and the latest fleet runs, as a table")
     st.add_argument("--evidence", default=str(REPO / "evidence"))
     st.add_argument("--json", action="store_true", help="print them as JSON")
+    st.add_argument("-i", "--inventory", help="also read each host's live lock and promotion in place (read-only)")
     return parser
 
 
@@ -533,6 +551,8 @@ def main(argv=None):
         return EXIT_USAGE if exc.code else 0
     if args.command == "status":
         found = status(args.evidence)
+        if args.inventory:
+            found["on_the_hosts"] = on_the_hosts(args.inventory, args.evidence)
         print(json.dumps(found, indent=2, sort_keys=True) if args.json else status_table(found))
         return 0
     try:

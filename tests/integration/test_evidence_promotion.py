@@ -232,9 +232,10 @@ def test_promote_then_rollback_returns_to_the_previous_original(good_run):
             result.stdout and out.endswith(f"exit 0: every host promoted (artifacts {result.stdout.split()[-1][:-1]})")
         record = json.loads((evidence / "lab-gpu-1" / f"promotion-{run_id}" / "promotion.json").read_text())
         assert record["run_id"] == run_id and record["undo"] == "bin/serving-rollout rollback -i inventory/lab"
-        status = subprocess.run([str(REPO / "bin" / "serving-rollout"), "status", "--evidence", str(evidence)],
-                                capture_output=True, text=True, check=True).stdout
+        status = subprocess.run([str(REPO / "bin" / "serving-rollout"), "status", "--evidence", str(evidence), "-i",
+                                 "inventory/lab"], cwd=REPO, capture_output=True, text=True, check=True).stdout
         assert f"lab-gpu-1: original: promoted from run {run_id} at 20" in status, status
+        assert f"lab-gpu-1: on the host now: no rollout lock; run {run_id} promoted in place" in status, status
         promoted = unit_text()
         assert "Environment=NCCL_P2P_DISABLE=0" in promoted and f"from run {run_id}" in promoted
         assert "[Install]" in promoted and "(candidate)" not in promoted

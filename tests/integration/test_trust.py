@@ -101,17 +101,19 @@ def beside_a_living_run():
                                   local=False)
             renew = run_playbook("renew.yml", inventory="inventory/lab", local=False)
             untouched = lab("test", "-e", CANDIDATE, check=False).returncode == 0
+            status = subprocess.run([str(REPO / "bin" / "serving-rollout"), "status", "-i", "inventory/lab"],
+                                    cwd=REPO, capture_output=True, text=True, timeout=300).stdout
         out, _ = first.communicate(timeout=300)
         assert first.returncode == 0, out[-3000:]  # the run the others were refused beside went on to its end
         assert_restored(*before)
-        return second, renew, untouched
+        return second, renew, untouched, status
     finally:
         lab("rm", "-f", FAULTS)
 
 
 @BESIDE_A_LIVING_RUN
 def test_two_runs_with_the_same_run_id_cannot_share_the_lock(beside_a_living_run):
-    second, _, untouched = beside_a_living_run
+    second, _, untouched, _ = beside_a_living_run
     text = re.sub(r"\s+", " ", second.stdout)
     assert second.returncode != 0
     assert "another rollout holds /var/lib/serving-rollout/sglang.service.lock: run 20261130T120000Z by" in text
@@ -174,9 +176,16 @@ def test_a_rotated_key_blocks_runs_until_the_original_is_renewed(lab_baseline):
 
 @BESIDE_A_LIVING_RUN
 def test_renew_is_refused_while_a_candidate_runs(beside_a_living_run):
-    _, refused, untouched = beside_a_living_run
+    _, refused, untouched, status = beside_a_living_run
     assert refused.returncode != 0 and "another rollout holds" in refused.stdout, refused.stdout[-3000:]
     assert untouched  # the run's candidate is untouched
+
+
+@BESIDE_A_LIVING_RUN
+def test_status_names_the_live_lock_of_a_run_on_its_host(beside_a_living_run):
+    status = beside_a_living_run[3]
+    assert re.search(r"^lab-gpu-1: on the host now: lock held by run 20261130T120000Z \(\S+@\S+ pid \d+ .*, since "
+                     r"20\d\d-", status, re.M), status
 
 
 def test_renew_is_refused_while_a_candidate_unit_is_loaded_and_changes_nothing(lab_baseline):
