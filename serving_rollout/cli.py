@@ -308,7 +308,8 @@ def host_story(host_dir):
         newest = promotions[-1]
         when = str(newest.get("promoted_at", ""))
         undone = [r.name.removeprefix("rollback-") for r in rollbacks if r.name.removeprefix("rollback-") > when]
-        story["original"] = ({"promoted_from_run": newest.get("run_id"), "promoted_at": when}
+        story["original"] = ({"promoted_from_run": newest.get("run_id"), "promoted_at": when,
+                              "mode": newest.get("mode", "adopted")}
                              if not undone else {"promotion_undone": newest.get("run_id"), "by_rollback": undone[0]})
     return story
 
@@ -355,7 +356,10 @@ def story_lines(host, story):
     """A host's original in place and its last rollback, one line each."""
     lines = []
     original = story.get("original")
-    if original and "promoted_from_run" in original:
+    if original and original.get("mode") == "managed":
+        lines.append(f"{host}: original: the inventory's recipe patched from run {original['promoted_from_run']} at "
+                     f"{original['promoted_at']} (converge.yml renders it on the host)")
+    elif original and "promoted_from_run" in original:
         lines.append(f"{host}: original: promoted from run {original['promoted_from_run']} at "
                      f"{original['promoted_at']}; undo: bin/serving-rollout rollback -i INVENTORY")
     elif original and "renewed_at" in original:

@@ -236,6 +236,8 @@ def test_a_managed_candidate_rolls_out_restores_and_promotes_as_an_inventory_pat
     assert host_vars.read_text() == before  # a patch to review, not an edit
     assert lab("sha256sum", f"/etc/systemd/system/{UNIT}").stdout == unit_sha
     patch_dir = evidence / "lab-gpu-1" / f"promotion-{run_id}"
+    record = json.loads((patch_dir / "promotion.json").read_text())  # a record in every mode
+    assert (record["mode"], record["run_id"], record["inventory_written"]) == ("managed", run_id, False), record
     patch = (patch_dir / "inventory.patch").read_text()
     moved = [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert moved == ["-    NCCL_P2P_DISABLE: '1'", "+    NCCL_P2P_DISABLE: '0'"], patch

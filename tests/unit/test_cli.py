@@ -245,6 +245,13 @@ def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsy
     assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (
         "gpu-1: original: renewed at 20261207T120000Z (/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY)")
+    (host / "promotion-R2").mkdir()
+    (host / "promotion-R2" / "promotion.json").write_text(json.dumps(
+        {"run_id": "R2", "promoted_at": "20261207T130000Z", "mode": "managed"}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "gpu-1: original: the inventory's recipe patched from run R2 at 20261207T130000Z (converge.yml renders it on "
+        "the host)")
 
 
 def test_a_render_shows_its_diffs_without_the_task_stream():
