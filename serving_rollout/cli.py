@@ -44,7 +44,8 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")  # playbooks/tasks/run_i
 CHECKABLE = ("capture", "propose", "renew", "peer-path")  # --check (render always runs so)
 # What a command did, said per host on success (a promotion and a renewal say more in their own closing lines).
 DONE = {"capture": "captured", "propose": "proposed", "render": "rendered (nothing changed)",
-        "renew": "renewed", "promote": "promoted", "rollback": "restored and proven", "peer-path": "peer path checked"}
+        "renew": "renewed", "promote": "promoted", "rollback": "restored and proven", "peer-path": "peer path checked",
+        "bake": "baked"}
 MEANING = {0: "every host acceptable (or restored, for rollback; done, for capture, propose, render, promote, renew)",
            1: "a candidate was not acceptable (reject or inconclusive); every original restored",
            2: "a host failed and was restored and proven", 3: "refused before any change",
@@ -169,9 +170,9 @@ def ansible_children():
     return [pid for pid in children(os.getpid()) if "ansible-playbook" in cmdline(pid)]
 
 
-def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None, cmdline=None):
+def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, listen=None, cmdline=None, limit=None):
     """Run one playbook through ansible-runner; listen(event) sees every event; cmdline: ansible-playbook's own
-    options (render: --check --diff)."""
+    options (render: --check --diff); limit: these hosts only (a fleet promotion's batch)."""
     import ansible_runner
 
     run_id = extravars.setdefault("run_id", fleet.new_run_id())
@@ -212,7 +213,7 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
         runner = ansible_runner.run(
             private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
             inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
-            event_handler=on_event, ident=run_id, cmdline=cmdline,
+            event_handler=on_event, ident=run_id, cmdline=cmdline, limit=",".join(limit) if limit else None,
             cancel_callback=lambda: False)  # not runner's own handler, which SIGKILLs the playbook at once
     finally:
         for sig, handler in previous.items():
@@ -245,6 +246,49 @@ def identities(inventory, extravars, evidence):
         raise PlanError(f"cannot read the serving unit on every host (ansible rc {result['ansible_rc']}, read: "
                         f"{found}); see {result['artifacts']}")
     return found
+
+
+def fleet_promotion_command(args, extravars):
+    """promote --fleet RUN_ID: the plan (--dry-run), or the plan carried out batch by batch (--approve PLAN_ID)."""
+    from serving_rollout import fleet_promotion
+
+    bake_vars = {"rollout_bake_s": args.bake_s, "rollout_bake_interval_s": args.bake_interval_s}
+    try:
+        plan = fleet_promotion.plan_of(args.evidence, args.run_id, args.canary, args.batch_size, args.bake_s)
+        if args.dry_run:
+            print("\n".join(fleet_promotion.plan_lines(plan)))
+            print(f"to carry it out: bin/serving-rollout promote --fleet {args.run_id} --approve {plan['plan_id']} "
+                  f"-i {args.inventory} --canary {args.canary} --batch-size {args.batch_size} --bake-s {args.bake_s:g}")
+            return 0
+        approved = args.approve if isinstance(args.approve, str) else None
+
+        def step(kind, playbook, more):
+            return lambda hosts: {h["host"]: h for h in run_playbook(
+                kind, playbook, args.inventory, {**extravars, **more}, args.evidence, quiet=args.json,
+                limit=hosts)["hosts"]}
+
+        state = fleet_promotion.run(
+            plan, args.evidence, approved,
+            step("promote", "promote.yml", {"promotion_run_id": args.run_id, "promotion_approved_run_id": args.run_id}),
+            step("bake", "bake.yml", bake_vars), step("rollback", "rollback.yml", {}),
+            say=(lambda line: None) if args.json else print)
+    except fleet_promotion.PromotionError as exc:
+        print(f"serving-rollout: refused before any change: {exc}", file=sys.stderr)
+        return EXIT["refused"]
+    states = {h["state"] for h in state["hosts"].values()}
+    code = EXIT_ERROR if "rollback FAILED" in states else EXIT["failed, restored"] if state["ended"].startswith(
+        "stopped") else 0
+    if args.json:
+        print(json.dumps({**state, "exit_code": code}, indent=2, sort_keys=True))
+        return code
+    for host, h in state["hosts"].items():
+        print(f"{host}: {h['state']}" + (f" ({h['why']})" if h.get("why") else ""))
+    print(f"fleet promotion {state['ended']}; report {state['folder']}/report.md")
+    if state["promoted_left"] and code:
+        print(f"promoted and left so: {', '.join(state['promoted_left'])}; to roll them back too: bin/serving-rollout "
+              f"rollback -i {args.inventory} -e rollout_hosts={','.join(state['promoted_left'])}")
+    print(f"exit {code}: " + ("every batch promoted and baked" if code == 0 else MEANING[code]))
+    return code
 
 
 def run_plan_command(args, extravars):
@@ -457,10 +501,17 @@ def parser_of():
                             ("peer-path", "prove the GPU peer path: byte-checked copies, NCCL all-reduce A/B "
                                           "(read-only, two GPUs or more)")):
         sub.add_parser(name, help=help_text)
-    promote = sub.add_parser("promote", help="make a run's acceptable candidate the original (a human's approval)")
+    promote = sub.add_parser("promote", help="make a run's acceptable candidate the original (a human's approval); "
+                                              "--fleet: across a fleet run's hosts in baked batches")
     promote.add_argument("run_id")
-    promote.add_argument("--approve", action="store_true",
-                         help="the human approval promote.yml asks for (promotion_approved_run_id = RUN_ID)")
+    promote.add_argument("--approve", nargs="?", const=True, default=False,
+                         help="the human approval: for one run, promote.yml's (promotion_approved_run_id = RUN_ID); "
+                              "with --fleet, the plan id --dry-run shows")
+    promote.add_argument("--fleet", action="store_true", help="RUN_ID is a fleet run: promote each of its hosts on "
+                                                              "its own run, canary then batches, each baked")
+    promote.add_argument("--dry-run", action="store_true", help="with --fleet: show the plan, change nothing")
+    promote.add_argument("--bake-s", type=float, default=600.0, help="with --fleet: each batch's bake, in seconds")
+    promote.add_argument("--bake-interval-s", type=float, default=15.0, help="with --fleet: seconds between samples")
     for p in (run, plan, promote, *(sub.choices[name] for name in ("rollback", "capture", "propose", "render",
                                                                    "renew", "peer-path"))):
         p.add_argument("-i", "--inventory", required=True)
@@ -470,7 +521,7 @@ def parser_of():
     for name in CHECKABLE:
         sub.choices[name].add_argument("--check", action="store_true",
                                        help="ansible-playbook's check mode: show what would change, change nothing")
-    for p in (run, plan):
+    for p in (run, plan, promote):
         p.add_argument("--canary", type=int, default=1)
         p.add_argument("--batch-size", type=int, default=1)
     st = sub.add_parser("status", help="the latest run per host and the latest fleet runs, as a table")
@@ -497,6 +548,18 @@ def run_id_problem(args, extravars):
     return None
 
 
+def fleet_usage_problem(args):
+    """What is wrong with a promote --fleet command line, or None."""
+    if args.dry_run == bool(args.approve):
+        return (f"promote --fleet {args.run_id} needs --dry-run (show the plan) or --approve PLAN_ID (the plan id the "
+                "dry run shows), one of them")
+    if args.approve is True:
+        return f"promote --fleet {args.run_id} --approve needs the plan id --dry-run shows (--approve PLAN_ID)"
+    if args.bake_s <= 0 or args.bake_interval_s <= 0:
+        return f"--bake-s and --bake-interval-s must be above 0, got {args.bake_s:g} and {args.bake_interval_s:g}"
+    return None
+
+
 def usage_problem(args, extravars):
     """What is wrong with the command line before anything runs, or None."""
     problem = run_id_problem(args, extravars)
@@ -504,10 +567,14 @@ def usage_problem(args, extravars):
         return problem
     if not Path(args.inventory).exists():
         return f"inventory {args.inventory!r} does not exist"
-    if args.command in ("run", "plan") and (args.canary < 1 or args.batch_size < 1):
+    if args.command in ("run", "plan", "promote") and (args.canary < 1 or args.batch_size < 1):
         return f"--canary and --batch-size must be at least 1, got {args.canary} and {args.batch_size}"
     if args.command == "plan" and not Path(args.plan_file).is_file():
         return f"plan file {args.plan_file!r} does not exist"
+    if args.command == "promote" and args.fleet:
+        return fleet_usage_problem(args)
+    if args.command == "promote" and (args.dry_run or isinstance(args.approve, str)):
+        return "--dry-run and --approve PLAN_ID are for --fleet; one run is promoted with a bare --approve"
     if args.command == "promote" and not args.approve:
         return (f"promote {args.run_id} needs --approve: promotion is a human's step (promote.yml checks "
                 "promotion_approved_run_id against the run)")
@@ -528,6 +595,10 @@ def host_line(kind, host):
 def next_step(kind, result, args):
     """The next command an operator takes after this one, or None."""
     acceptable = [h["host"] for h in result["hosts"] if h.get("outcome") == "acceptable"]
+    if kind == "run" and acceptable and len(result["hosts"]) > 1:  # a fleet: its promotion's plan first
+        return (f"next: review the cards (bin/evidence card {args.evidence}/<host>/rollout-{result['run_id']}), then "
+                f"see the fleet promotion's plan: bin/serving-rollout promote {result['run_id']} --fleet --dry-run "
+                f"-i {args.inventory}")
     if kind == "run" and acceptable:
         return (f"next: review the card (bin/evidence card {args.evidence}/{acceptable[0]}/rollout-{result['run_id']}),"
                 f" then promote: bin/serving-rollout promote {result['run_id']} --approve -i {args.inventory}")
@@ -569,6 +640,8 @@ def main(argv=None):
         return EXIT_USAGE
     if args.command == "plan":
         return run_plan_command(args, extravars)
+    if args.command == "promote" and args.fleet:
+        return fleet_promotion_command(args, extravars)
     if args.command == "run":
         extravars.update({"rollout_canary": args.canary, "rollout_batch_size": args.batch_size})
         kind, playbook = "run", PLAYBOOKS[args.playbook]

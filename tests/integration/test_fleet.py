@@ -2,6 +2,7 @@
 stopping at the first host that fails; a fleet-wide rollback."""
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,7 +60,9 @@ def test_a_fault_on_the_second_batchs_host_stops_the_fleet_with_it_restored(flee
     # Ansible ends the play when a whole batch failed; had lab-gpu-2 shared its batch with a host that
     # passed, the next batch's gate would stop it ("NOT STARTED"). Either way it is listed, untouched.
     assert "lab-gpu-3: not-started" in lines
-    assert lines[-1].startswith("exit 2: a host failed and was restored and proven")
+    assert lines[-2].startswith("exit 2: a host failed and was restored and proven")
+    assert lines[-1].startswith("next: review the cards") and "promote " in lines[-1] and "--fleet --dry-run" in \
+        lines[-1]
     # The failed host is restored and proven; the host after it never touched.
     state, unit = identity("lab-gpu-2")
     assert unit == restored and "ActiveState=active" in state and "NRestarts=0" in state
@@ -144,3 +147,63 @@ def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_s
         assert "ActiveState=inactive" in identity("lab-gpu-3")[0]
     finally:
         on("lab-gpu-3", "systemctl", "start", "sglang.service")
+
+
+PROMOTE_FLEET = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "6",
+                 "--bake-interval-s", "1"]
+
+
+def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fails(fleet):
+    """A fleet run: lab-gpu-1 and -2 acceptable, lab-gpu-3 rejected (its candidate slowed). promote --fleet: the dry
+    run shows the plan (canary lab-gpu-1, then lab-gpu-2; lab-gpu-3 skipped, named); approved, lab-gpu-1 is promoted
+    and passes its bake; lab-gpu-2's promoted engine crashes after its third request (a fault of the double) - the
+    bake's smoke meets it, systemd restarts it, the bake fails, lab-gpu-2 is rolled back and proven; lab-gpu-3 is
+    never touched; lab-gpu-1 stays promoted, named with the command that rolls it back."""
+    on("lab-gpu-2", "sh", "-c", f"echo speedup:0.5 > {FAULTS}")
+    on("lab-gpu-3", "sh", "-c", f"echo slowdown:0.5 > {FAULTS}")
+    evidence = tempfile.mkdtemp(prefix="fleet-promotion-")
+    ran = cli("run", "candidate", "-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2",
+              "--evidence", evidence, "-e", SMALL)
+    assert ran.returncode == 1, ran.stdout[-4000:] + ran.stderr[-2000:]  # lab-gpu-3 not acceptable
+    run_id = json.loads(next(Path(evidence, "runner").glob("candidate-*/result.json")).read_text())["run_id"]
+    originals = {host: identity(host)[1] for host in HOSTS}
+    crash = "/etc/engine-double/faults/sglang.service"
+    try:
+        dry = cli("promote", run_id, "--fleet", "--dry-run", "--evidence", evidence, *PROMOTE_FLEET)
+        assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-2000:]
+        lines = dry.stdout.splitlines()
+        assert lines[1:3] == ["  batch 1 (canary): lab-gpu-1; then a 6 s bake",
+                              "  batch 2 (batch): lab-gpu-2; then a 6 s bake"], lines
+        assert lines[3] == "  skipped lab-gpu-3: its run's verdict is reject, which does not allow promotion", lines
+        plan_id = re.search(r"--approve (\w+)", lines[-1]).group(1)
+        assert identity("lab-gpu-1")[1] == originals["lab-gpu-1"]  # the dry run changed nothing
+        on("lab-gpu-2", "sh", "-c", f"echo crash_after:3 > {crash}")  # loaded when the promotion restarts the unit
+        promoted = cli("promote", run_id, "--fleet", "--approve", plan_id, "--evidence", evidence, *PROMOTE_FLEET)
+        out = promoted.stdout
+        assert promoted.returncode == 2, out[-4000:] + promoted.stderr[-2000:]
+        assert "lab-gpu-1: passed" in out and "lab-gpu-3: skipped (its run's verdict is reject" in out, out
+        # the bake meets the crash as systemd does (auto-restart, or a restart counted) and as the journal says it
+        assert re.search(r"^lab-gpu-2: rolled back \(bake failed: the unit (left active|restarted).*injected fault: "
+                         r"crash_after:3", out, re.M), out
+        assert "to roll them back too: bin/serving-rollout rollback -i inventory/lab-fleet -e rollout_hosts=lab-gpu-1" \
+            in out
+        assert "Environment=NCCL_P2P_DISABLE=0" in on("lab-gpu-1", "cat", "/etc/systemd/system/sglang.service").stdout
+        assert [identity(host)[1] for host in ("lab-gpu-2", "lab-gpu-3")] == [originals["lab-gpu-2"],
+                                                                                originals["lab-gpu-3"]]
+        state = json.loads(Path(evidence, f"fleet-promotion-{run_id}", "state.json").read_text())
+        assert {h: s["state"] for h, s in state["hosts"].items()} == {
+            "lab-gpu-1": "passed", "lab-gpu-2": "rolled back", "lab-gpu-3": "skipped"}
+        bake = json.loads(next(Path(evidence, "lab-gpu-2").glob("bake-*.json")).read_text())["bake"]
+        assert bake["verdict"] == "fail" and bake["journal"]["crashed"], bake
+        files = json.loads(next(Path(evidence, "lab-gpu-2").glob("rollout-*/recipes.json")).read_text())
+        assert restored_problems(testinfra.get_host(f"podman://{HOSTS['lab-gpu-2']}"), "sglang.service",
+                                 files["original_files"]) == []
+    finally:
+        on("lab-gpu-2", "rm", "-f", crash, check=False)
+        on("lab-gpu-2", "systemctl", "restart", "sglang.service", check=False)  # the crash fault's process gone
+        back = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "-e",
+                   '{"rollout_hosts": "lab-gpu-1"}')
+        for host in ("lab-gpu-2", "lab-gpu-3"):
+            on(host, "sh", "-c", f"echo speedup:0.5 > {FAULTS}")
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert identity("lab-gpu-1")[1] == originals["lab-gpu-1"]

@@ -261,3 +261,17 @@ def test_a_render_shows_its_diffs_without_the_task_stream():
               "-X=1\n+X=0\nchanged: [h1]\n\nPLAY RECAP ***\nh1 : ok=10 changed=1\n")
     assert cli.diff_lines(stream) == ["--- before: /etc/a.service", "+++ after: /etc/a.service", "@@ -1 +1 @@",
                                       "-X=1", "+X=0"]
+
+
+def test_a_fleet_promotion_needs_its_dry_run_or_the_plan_id_and_one_run_a_bare_approve(capsys, tmp_path):
+    cases = {("promote", "R1", "--fleet", "-i", str(tmp_path)): "needs --dry-run (show the plan) or --approve PLAN_ID",
+             ("promote", "R1", "--fleet", "--approve", "-i", str(tmp_path)): "needs the plan id --dry-run shows",
+             ("promote", "R1", "--fleet", "--dry-run", "--bake-s", "0", "-i", str(tmp_path)):
+                 "--bake-s and --bake-interval-s must be above 0, got 0 and 15",
+             ("promote", "R1", "--approve", "abc123", "-i", str(tmp_path)): "--dry-run and --approve PLAN_ID are for "
+                                                                            "--fleet"}
+    for argv, said in cases.items():
+        assert cli.main(list(argv)) == cli.EXIT_USAGE, argv
+        assert said in capsys.readouterr().err, argv
+    assert cli.main(["promote", "R1", "--fleet", "--dry-run", "-i", str(tmp_path), "--evidence", str(tmp_path)]) == 3
+    assert "refused before any change: no fleet run R1" in capsys.readouterr().err
