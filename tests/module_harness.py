@@ -24,6 +24,17 @@ def modules():
 ANY = object()  # a word of a scripted prefix that matches any word
 
 
+class Clock:  # TEST DOUBLE of time: a monotonic clock that sleep() moves, never the machine's
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
 class ScriptedCommands:  # TEST DOUBLE of the host's commands
     """Answers host_run by the first (argv prefix, (rc, out, err)) whose prefix the command starts with (the
     binary as given, before the host's PATH would resolve it; ANY matches any word); an unscripted command

@@ -5,6 +5,7 @@ and engine double bake in tests/integration/test_fleet_promotion.py."""
 import json
 
 import pytest
+from module_harness import Clock
 
 from serving_rollout.module_utils import bake
 from serving_rollout.module_utils.host_commands import ModuleFailure
@@ -29,17 +30,6 @@ class Host:  # TEST DOUBLE of the host's systemctl and journalctl
         lines = "\n".join(json.dumps({"MESSAGE": line, "__REALTIME_TIMESTAMP": "1765100000000000"})
                           for line in self.journal)
         return 0, lines, ""
-
-
-class Clock:  # TEST DOUBLE of time: sleep moves it
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def smokes(*verdicts):

@@ -1,17 +1,8 @@
 """engine_client.wait_healthy: one wait with a deadline, an early stop when the unit dies."""
 
+from module_harness import Clock as FakeClock
+
 from serving_rollout.module_utils import engine_client
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def test_ready_after_a_few_503s(monkeypatch):
