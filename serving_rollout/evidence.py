@@ -493,6 +493,13 @@ def cell_rows(verdict, cells):
     return lines
 
 
+def gate_text(record):
+    """One gate's verdict and, where it has one, its reason ("needle not qualified (random weights: ...)")."""
+    verdict = record["verdict"].replace("-", " ")
+    reason = str(record.get("reason") or "").removeprefix(f"{verdict}: ").removeprefix("not qualified: ")
+    return f"{record['gate']} {verdict}" + (f" ({reason})" if reason else "")
+
+
 def gate_lines(preflight, gates, verdict, outcome):
     """Preflight, the candidate's and the restored original's gates, and every failure kept."""
     lines = []
@@ -505,9 +512,7 @@ def gate_lines(preflight, gates, verdict, outcome):
         lines.append(f"Preflight: not run{' (' + outcome['note'] + ')' if outcome.get('note') else ''}.")
     for phase in ("candidate", "restored"):
         records = gates.get(phase, [])
-        lines.append(f"{phase.capitalize()} gates: " + (", ".join(f"{r['gate']} {r['verdict']}"
-                                                                   + (f" ({r['reason']})" if r.get("reason") else "")
-                                                                   for r in records) or "none run") + ".")
+        lines.append(f"{phase.capitalize()} gates: " + ("; ".join(gate_text(r) for r in records) or "none run") + ".")
     violations = [c for c in verdict.get("cells", []) if not c.get("eligible", True)]
     failures = [f"{c['cell']} " + ", ".join(f"{arm} {n}" + (f" of {c['sent'][arm]}" if c.get("sent") else "")
                                         for arm, n in c["failures"].items())
@@ -563,7 +568,8 @@ def render_card(run):
                   "and decides, never the real engine's performance.", ""]
     # As the reference card: the decision, the setup/delta/cells table, then gates and failures; the method last.
     lines += ["## Result card", "", "| Setup | Value |", "|---|---|",
-              f"| Model | {original.get('model')} @ {original.get('revision')} |",
+              f"| Model | {original.get('model')} "
+              f"{'@ ' + str(original['revision']) if original.get('revision') else '(no revision pinned)'} |",
               f"| Engine/runtime | {original.get('engine')}"
               f"{' (TEST DOUBLE)' if double and 'DOUBLE' not in str(original.get('engine')) else ''}"
               f" / {original.get('runtime')}; image {original.get('image') or 'none (process)'} |",

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, lab, lab_files_hash, lab_unit_state
 from prose import prose_problems
@@ -75,3 +76,24 @@ def test_propose_reads_the_host_writes_pins_plan_and_report_and_the_plan_executo
     status = cli("status", "--evidence", evidence).stdout
     assert re.search(r"^lab-gpu-1 +\S+ +p2p +failed, restored ", status, re.M), status
     assert lab_unit_state()["ActiveState"] == "active" and lab_files_hash() == before[1]
+
+
+@pytest.mark.parametrize("plan", sorted((REPO / "plans").glob("*.json")), ids=lambda path: path.name)
+def test_every_plan_in_plans_runs_through_the_documented_plan_command(plan):
+    """docs/operating.md's command (bin/serving-rollout plan plans/<plan>.json -i INVENTORY) takes the plan as it is
+    and runs its first candidate against the lab host; that candidate fails fast at start here (a fault of the
+    double, so one short rollout is spent), is restored, and the plan stops there with its report written."""
+    evidence = tempfile.mkdtemp(prefix="plans-")
+    before = lab_files_hash()
+    lab("sh", "-c", f"mkdir -p {FAULTS} && echo fail_at_start > {FAULTS}/sglang-candidate.service")
+    try:
+        ran = cli("plan", str(plan.relative_to(REPO)), "-i", "inventory/lab", "--evidence", evidence, "-e", SMALL)
+    finally:
+        lab("rm", "-f", f"{FAULTS}/sglang-candidate.service", "/var/lib/serving-rollout/sglang.service.lock",
+            check=False)
+    assert ran.returncode == 2, ran.stdout[-4000:] + ran.stderr[-2000:]
+    doc = json.loads(next(Path(evidence).glob("plan-*/report.json")).read_text())
+    first = json.loads(plan.read_text())["ordered_candidates"][0]["id"]
+    assert (doc["candidates"][0]["id"], doc["candidates"][0]["outcome"]) == (first, "failed, restored"), doc
+    assert all(c["status"] == "not run" for c in doc["candidates"][1:]), doc
+    assert lab_unit_state()["ActiveState"] == "active" and lab_files_hash() == before

