@@ -193,7 +193,7 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         state = json.loads(Path(evidence, f"fleet-promotion-{run_id}", "state.json").read_text())
         assert {h: s["state"] for h, s in state["hosts"].items()} == {
             "lab-gpu-1": "passed", "lab-gpu-2": "rolled back", "lab-gpu-3": "skipped"}
-        bake = json.loads(next(Path(evidence, "lab-gpu-2").glob("bake-*.json")).read_text())["bake"]
+        bake = json.loads(next(Path(evidence, "lab-gpu-2").glob("bake-*/bake.json")).read_text())["bake"]
         assert bake["verdict"] == "fail" and bake["journal"]["crashed"], bake
         files = json.loads(next(Path(evidence, "lab-gpu-2").glob("rollout-*/recipes.json")).read_text())
         assert restored_problems(testinfra.get_host(f"podman://{HOSTS['lab-gpu-2']}"), "sglang.service",
