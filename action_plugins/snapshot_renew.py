@@ -32,8 +32,11 @@ class ActionModule(StepsAction):
         if not steps.module("look for a promotion in place", "ansible.builtin.stat", path=record).get("stat", {}).get(
                 "exists"):
             return None
-        run_id = json.loads(base64.b64decode(steps.module("read the promotion record", "ansible.builtin.slurp",
-                                                          src=record)["content"])).get("run_id", "?")
+        content = steps.module("read the promotion record", "ansible.builtin.slurp", src=record)["content"]
+        try:  # a record that cannot be read is still a promotion in place (snapshot_reading.promoted_run_id's rule)
+            run_id = str(json.loads(base64.b64decode(content)).get("run_id") or "unreadable")
+        except (ValueError, AttributeError):
+            run_id = "unreadable"
         keep = f"{dest}.pre-promotion-{run_id}"
         if not args["over_promotion"]:
             raise AnsibleActionFail(

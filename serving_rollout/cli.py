@@ -317,9 +317,8 @@ def run_plan_command(args, extravars):
     if args.json:
         print(json.dumps({**doc, "exit_code": code}, indent=2, sort_keys=True))
     else:
-        order = [f"{row['id']} (run {row['run_id']})" for row in doc["candidates"]
-                 if row["id"] in doc["recommended_promotion_order"]]
-        print(f"plan report: {doc['folder']}/report.md; recommended promotion order: {', '.join(order) or 'none'}")
+        order = ", ".join(f"{row['id']} (run {row['run_id']})" for row in plan_executor.recommended(doc))
+        print(f"plan report: {doc['folder']}/report.md; recommended promotion order: {order or 'none'}")
         print(f"exit {code}: {MEANING[code]}")
         print(plan_next_step(doc, args))
     return code
@@ -343,7 +342,7 @@ def host_story(host_dir):
         said = read_json(rollbacks[-1] / "restoration.json")
         story["last_rollback"] = {"id": last, "restored": said.get("restored"), "failure": said.get("failure"),
                                   "undid_promotion_of_run": said.get("undid_promotion_of_run")}
-    renewals = sorted((read_json(path) for path in host_dir.glob("renew-*.json")),
+    renewals = sorted((read_json(path) for path in host_dir.glob("renew-*/renewal.json")),
                       key=lambda record: str(record.get("renewed_at")))
     renewed = str(renewals[-1].get("renewed_at")) if renewals else ""
     if renewals and (not promotions or renewed > str(promotions[-1].get("promoted_at"))):
@@ -351,7 +350,10 @@ def host_story(host_dir):
     elif promotions:
         newest = promotions[-1]
         when = str(newest.get("promoted_at", ""))
-        undone = [r.name.removeprefix("rollback-") for r in rollbacks if r.name.removeprefix("rollback-") > when]
+        # undone by a later rollback that says it restored the original and undid this run's promotion
+        undone = [r.name.removeprefix("rollback-") for r in rollbacks if r.name.removeprefix("rollback-") > when
+                  and (said := read_json(r / "restoration.json")).get("restored")
+                  and said.get("undid_promotion_of_run") == newest.get("run_id")]
         story["original"] = ({"promoted_from_run": newest.get("run_id"), "promoted_at": when,
                               "mode": newest.get("mode", "adopted")}
                              if not undone else {"promotion_undone": newest.get("run_id"), "by_rollback": undone[0]})
@@ -360,7 +362,9 @@ def host_story(host_dir):
 
 def plan_next_step(doc, args):
     """After a plan: promote its first recommended candidate, or run the plan again once its stop is dealt with."""
-    first = next((row for row in doc["candidates"] if row["id"] in doc["recommended_promotion_order"]), None)
+    from serving_rollout.plan import recommended
+
+    first = next(iter(recommended(doc)), None)
     if first:
         return (f"next: review {first['id']}'s card, then promote it: bin/serving-rollout promote {first['run_id']} "
                 f"--approve -i {args.inventory} (then run the plan again against the new original)")
@@ -416,7 +420,7 @@ def story_lines(host, story):
     if rollback:
         ended = "restored and proven" if rollback["restored"] else f"NOT restored: {rollback['failure']}"
         undid = f", the promotion of run {rollback['undid_promotion_of_run']} undone" \
-            if rollback.get("undid_promotion_of_run") else ""
+            if rollback["restored"] and rollback.get("undid_promotion_of_run") else ""
         lines.append(f"{host}: last rollback {rollback['id']}: {ended}{undid}")
     return lines
 

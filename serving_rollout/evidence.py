@@ -496,7 +496,7 @@ def cell_rows(verdict, cells):
 def gate_text(record):
     """One gate's verdict and, where it has one, its reason ("needle not qualified (random weights: ...)")."""
     verdict = record["verdict"].replace("-", " ")
-    reason = str(record.get("reason") or "").removeprefix(f"{verdict}: ").removeprefix("not qualified: ")
+    reason = str(record.get("reason") or "").removeprefix(f"{verdict}: ")
     return f"{record['gate']} {verdict}" + (f" ({reason})" if reason else "")
 
 

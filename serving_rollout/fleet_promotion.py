@@ -124,12 +124,11 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print):
             save(folder, state)
         failed = [h for h in batch if state["hosts"][h]["state"] in ("bake failed", "promotion failed, restored")]
         if failed:
-            rolled = list(baking)
-            if rolled:
-                say(f"fleet promotion: batch {n} failed ({', '.join(failed)}): rolling back {', '.join(rolled)}")
-                causes = {h: state["hosts"][h].get("why") for h in rolled}
-                mark(state, rolled, rollback(rolled), "rolled back", "rollback FAILED")
-                for host in rolled:  # the bake's cause stays beside the rollback's outcome
+            if baking:  # the hosts this batch promoted: each gets its previous original back
+                say(f"fleet promotion: batch {n} failed ({', '.join(failed)}): rolling back {', '.join(baking)}")
+                causes = {h: state["hosts"][h].get("why") for h in baking}
+                mark(state, baking, rollback(baking), "rolled back", "rollback FAILED")
+                for host in baking:  # the bake's cause stays beside the rollback's outcome
                     state["hosts"][host]["why"] = "; ".join(w for w in (causes[host], state["hosts"][host].get("why"))
                                                             if w)
             state["ended"] = f"stopped at batch {n}"

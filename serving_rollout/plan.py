@@ -184,6 +184,16 @@ def report(plan, plan_path, state, policy):
                          "again against the new original"}
 
 
+def recommended(doc):
+    """The report's rows of the candidates it recommends promoting, in its order (each with its run id)."""
+    return [row for row in doc["candidates"] if row["id"] in doc["recommended_promotion_order"]]
+
+
+def assumed_prerequisites(hosts):
+    """The prerequisites the inventory assumed rather than observed for a candidate's hosts."""
+    return sorted({k for h in hosts for k, v in (h["prerequisites_met_by"].get("assumed") or {}).items() if v})
+
+
 def render_markdown(doc):
     lines = [f"# Plan report: {doc['plan']}", "", f"Policy: {doc['policy']}. Originals (unit sha256): "
              + ", ".join(f"{h} {s[:12]}" for h, s in sorted(doc["originals"].items())) + ".", "",
@@ -194,8 +204,8 @@ def render_markdown(doc):
         hosts = row.get("hosts") or []
         met = "; ".join(sorted({f"{k}: {'observed' if v is True else v}" for h in hosts
                                 for k, v in (h["prerequisites_met_by"].get("observed") or {}).items() if v}
-                               | {f"{k}: ASSUMED by the inventory, not observed" for h in hosts
-                                  for k, v in (h["prerequisites_met_by"].get("assumed") or {}).items() if v}))
+                               | {f"{k}: ASSUMED by the inventory, not observed"
+                                  for k in assumed_prerequisites(hosts)}))
         pvm = "; ".join(str(h["predicted_vs_measured"]) for h in hosts if h.get("predicted_vs_measured")) or "-"
         note = row.get("reason") or "; ".join([*(r for h in hosts for r in (h.get("reasons") or [])[:2]),
                                                *(f"{h['host']}: {h['failure']}" for h in hosts if h.get("failure")
@@ -203,9 +213,8 @@ def render_markdown(doc):
         gpu = f"{row['gpu_seconds']} GPU-s" if row.get("gpu_seconds") is not None else "-"
         lines.append(f"| {n} | {row['id']} | {row['status']} | {row.get('outcome') or ''} {note} | "
                      f"{met or '-'} | {pvm} | {gpu} | {', '.join(h['evidence'] or '' for h in hosts) or '-'} |")
-    order = [f"{row['id']} (run {row['run_id']})" for row in doc["candidates"]
-             if row["id"] in doc["recommended_promotion_order"]]
-    lines += ["", "Recommended promotion order: " + (", ".join(order) or "none")
+    lines += ["", "Recommended promotion order: " + (", ".join(f"{row['id']} (run {row['run_id']})"
+                                                            for row in recommended(doc)) or "none")
               + f". {doc['promotion'][0].upper()}{doc['promotion'][1:]}.", ""]
     return "\n".join(lines)
 
@@ -312,8 +321,7 @@ def run_plan(plan_path, evidence, identities, run_candidate, rollback, policy="s
         state["candidates"][cid] = candidate_record(cid, run_id, hosts, evidence)
         save(folder, state, plan, plan_path, policy)
         say(f"plan: {cid} {state['candidates'][cid]['outcome']}")
-        assumed = sorted({k for h in state["candidates"][cid]["hosts"]
-                          for k, v in (h["prerequisites_met_by"].get("assumed") or {}).items() if v})
+        assumed = assumed_prerequisites(state["candidates"][cid]["hosts"])
         if assumed:
             say(f"plan: {cid} ran on prerequisites the inventory ASSUMED, not observed: {', '.join(assumed)} "
                 "(serving_recipe_assumed_evidence)")

@@ -233,6 +233,13 @@ def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsy
         "no runs recorded yet",
         "gpu-1: original: promoted from run R1 at 20261207T100000Z; undo: bin/serving-rollout rollback -i "
         "INVENTORY", "gpu-1: last rollback 20261207T090000Z-ab12: restored and proven"]
+    (host / "rollback-20261207T103000Z-fa11").mkdir()  # a rollback that did not restore undoes nothing
+    (host / "rollback-20261207T103000Z-fa11" / "restoration.json").write_text(json.dumps(
+        {"restored": False, "failure": "the original did not start", "undid_promotion_of_run": "R1"}))
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "gpu-1: original: promoted from run R1 at 20261207T100000Z; undo: bin/serving-rollout rollback -i INVENTORY",
+        "gpu-1: last rollback 20261207T103000Z-fa11: NOT restored: the original did not start"]
     (host / "rollback-20261207T110000Z-cd34").mkdir()
     (host / "rollback-20261207T110000Z-cd34" / "restoration.json").write_text(json.dumps(
         {"restored": True, "failure": None, "undid_promotion_of_run": "R1"}))
@@ -240,7 +247,8 @@ def test_status_tells_per_host_the_original_in_place_and_the_last_rollback(capsy
     assert capsys.readouterr().out.splitlines()[1:] == [
         "gpu-1: original: the pre-promotion original (run R1's promotion undone by rollback 20261207T110000Z-cd34)",
         "gpu-1: last rollback 20261207T110000Z-cd34: restored and proven, the promotion of run R1 undone"]
-    (host / "renew-20261207T120000Z-ef56.json").write_text(json.dumps(
+    (host / "renew-20261207T120000Z-ef56").mkdir()
+    (host / "renew-20261207T120000Z-ef56" / "renewal.json").write_text(json.dumps(
         {"renewed_at": "20261207T120000Z", "changed": ["/etc/sglang/sglang.env: variables changed: SGLANG_API_KEY"]}))
     assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (

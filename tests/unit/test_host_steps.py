@@ -306,6 +306,17 @@ def test_renew_over_a_promotion_in_place_is_refused_before_anything_is_written_n
                                                       "ansible.builtin.systemd_service", "serving_recipe")] == []
 
 
+def test_an_unreadable_promotion_record_still_refuses_renew_by_name():
+    action, calls = scripted("snapshot_renew", RENEW_ARGS, {
+        "ansible.builtin.systemd_service": NOT_A_CANDIDATE, "serving_recipe": {"files": [], "unit": {}},
+        "ansible.builtin.stat": {"stat": {"exists": True}},
+        "ansible.builtin.slurp": {"content": base64.b64encode(b"{half a record").decode()}})
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"].startswith("refused before any change: run unreadable is promoted on "
+                                                         "this host"), result
+    assert "serving_snapshot" not in [name for name, _ in calls]
+
+
 def test_renew_told_to_go_over_a_promotion_keeps_the_pre_promotion_snapshot_checked_then_replaces_it():
     keep = "/var/lib/serving-rollout/sglang.service.pre-promotion-20261207T071336Z"
     action, calls = scripted("snapshot_renew", {**RENEW_ARGS, "over_promotion": True}, {
