@@ -149,7 +149,9 @@ def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_s
         on("lab-gpu-3", "systemctl", "start", "sglang.service")
 
 
-PROMOTE_FLEET = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "6",
+# The bake must see three smokes to meet the crash (crash_after:3, so the restored original survives the rollback's
+# own two gates): 20 s at 1 s intervals leaves room for slow smokes on a busy machine; a failing bake ends early.
+PROMOTE_FLEET = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "20",
                  "--bake-interval-s", "1"]
 
 
@@ -172,8 +174,8 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         dry = cli("promote", run_id, "--fleet", "--dry-run", "--evidence", evidence, *PROMOTE_FLEET)
         assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-2000:]
         lines = dry.stdout.splitlines()
-        assert lines[1:3] == ["  batch 1 (canary): lab-gpu-1; then a 6 s bake",
-                              "  batch 2 (batch): lab-gpu-2; then a 6 s bake"], lines
+        assert lines[1:3] == ["  batch 1 (canary): lab-gpu-1; then a 20 s bake",
+                              "  batch 2 (batch): lab-gpu-2; then a 20 s bake"], lines
         assert lines[3] == "  skipped lab-gpu-3: its run's verdict is reject, which does not allow promotion", lines
         plan_id = re.search(r"--approve (\w+)", lines[-1]).group(1)
         assert identity("lab-gpu-1")[1] == originals["lab-gpu-1"]  # the dry run changed nothing
