@@ -24,6 +24,11 @@ options:
   window_s: {description: How long the bake watches., type: float, required: true}
   interval_s: {description: Seconds between samples., type: float, default: 10}
   timeout_s: {description: The smoke completion's time-out., type: float, default: 60}
+  scrape_metrics:
+    description: Read the engine's /metrics at the window's start and end (the bake's metric comparison when no
+      Prometheus is named); else only the two moments are kept, for the controller to ask Prometheus.
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -40,7 +45,8 @@ EXAMPLES = r"""
 RETURN = r"""
 bake:
   description: "verdict (pass or fail), reasons, start (systemd's reading when it began), samples (each reading with
-    its smoke's verdict), journal (crashed, crash, cause, errors, excerpt; values from EnvironmentFiles redacted)."
+    its smoke's verdict), journal (crashed, crash, cause, errors, excerpt; values from EnvironmentFiles redacted),
+    window (start and end, epoch seconds), metrics (the engine's series at both ends, with scrape_metrics)."
   type: dict
   sample: {verdict: pass, reasons: [], start: {ActiveState: active, NRestarts: "0"}, samples: []}
   returned: success
@@ -49,6 +55,7 @@ bake:
 from ansible.module_utils.bake import watch
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_client import ENGINE_ARGS, connect_module
+from ansible.module_utils.engine_metrics import bake_reading
 from ansible.module_utils.env_files import module_api_key
 from ansible.module_utils.gates import run_gate
 from ansible.module_utils.host_commands import exit_with, runner
@@ -59,7 +66,8 @@ def main():
         **ENGINE_ARGS, "unit": {"type": "str", "required": True},
         "engine": {"type": "str", "required": True, "choices": ["sglang", "vllm", "unknown"]},
         "window_s": {"type": "float", "required": True}, "interval_s": {"type": "float", "default": 10},
-        "timeout_s": {"type": "float", "default": 60}}, supports_check_mode=True)
+        "timeout_s": {"type": "float", "default": 60}, "scrape_metrics": {"type": "bool", "default": False}},
+        supports_check_mode=True)
     connect_module(module)
     p = module.params
     if p["window_s"] <= 0 or p["interval_s"] <= 0:
@@ -67,8 +75,10 @@ def main():
     options = {**p, "api_key": module_api_key(module)}
     if module.check_mode:  # a dry run reads the unit once rather than watching it for the whole window
         p = {**p, "window_s": 0.0}
+    metrics = (lambda: bake_reading(p["engine"], options["base_url"], options["api_key"])) \
+        if p["scrape_metrics"] else None
     exit_with(module, lambda: {"changed": False, "bake": watch(runner(module), lambda: run_gate("smoke", options),
-                                                                p)})
+                                                                p, metrics=metrics)})
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 (ActiveState, NRestarts, InvocationID) and one smoke completion each interval, and at the end the watched
 invocation's journal judged by the engine's adapter. A unit that left active, restarted, began another invocation,
 failed its smoke twice in a row or logged a crash fails the bake; so does a unit systemd cannot be asked about.
+The window's two ends are kept (epoch seconds) with, when asked, the engine's /metrics read at each: what
+serving_rollout/bake_metrics.py compares with the window before the promotion.
 Read-only. Pure: commands through `run` (host_commands' runner), the smoke through `smoke`, time through `clock` and
 `sleep`, all given."""
 
@@ -42,13 +44,15 @@ def smoke_problem(samples):
     return None
 
 
-def watch(run, smoke, p, clock=time.monotonic, sleep=time.sleep):
+def watch(run, smoke, p, clock=time.monotonic, sleep=time.sleep, metrics=None, wall=time.time):
     """The bake of p["unit"] for p["window_s"] seconds, a sample every p["interval_s"]; it ends early at the first
-    reason to fail. {verdict: pass|fail, reasons, start, samples, journal}."""
+    reason to fail. {verdict: pass|fail, reasons, start, samples, journal, window: {start, end} (epoch s),
+    metrics: {start, end} (the engine's readings at those moments, when `metrics` reads them)}."""
     start = reading(run, p["unit"])
     if start["ActiveState"] != "active":
         return {"verdict": "fail", "reasons": [f"the unit is not active at the bake's start: {start['ActiveState']}"],
-                "start": start, "samples": [], "journal": None}
+                "start": start, "samples": [], "journal": None, "window": None, "metrics": None}
+    first = metrics() if metrics else {"at": wall()}
     deadline, samples, reasons = clock() + p["window_s"], [], []
     while not reasons:
         now = reading(run, p["unit"])
@@ -59,10 +63,13 @@ def watch(run, smoke, p, clock=time.monotonic, sleep=time.sleep):
         if reasons or clock() >= deadline:
             break
         sleep(min(p["interval_s"], max(0.0, deadline - clock())))
+    last = metrics() if metrics else {"at": wall()}
     journal = scan_journal(run, {**p, "invocation_id": start["InvocationID"], "known_noise": [],
                                  "stop_requested": False, "extra_error_patterns": [], "excerpt_lines": 20,
                                  "change": {}, "proof": {}, "version_report": {}})
     if journal["crashed"]:
         reasons.append(f"the engine's journal shows a crash: {journal['crash']}: {journal['cause']}")
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "start": start, "samples": samples,
-            "journal": {key: journal.get(key) for key in ("crashed", "crash", "cause", "errors", "excerpt")}}
+            "journal": {key: journal.get(key) for key in ("crashed", "crash", "cause", "errors", "excerpt")},
+            "window": {"start": first["at"], "end": last["at"]},
+            "metrics": {"start": first, "end": last} if metrics else None}

@@ -172,10 +172,12 @@ SGLANG = {
     # server without --enable-metrics.
     "accept_length_lines": [r"Decode batch.*\baccept len: ([\d.]+)"],
     # Prometheus /metrics (served with --enable-metrics; sgl-project/sglang docs/references/production_metrics.md):
-    # histograms (_sum, _count), counters (_total); speculation reports its accept length as a gauge.
+    # histograms (_sum, _count, _bucket), counters (_total); speculation reports its accept length as a gauge.
+    # requests, errors (aborted) and KV usage (token_usage, a fraction) are what a bake compares.
     "metrics": {"ttft": "sglang:time_to_first_token_seconds", "e2e": "sglang:e2e_request_latency_seconds",
                 "generated": "sglang:generation_tokens_total", "accept_length": "sglang:spec_accept_length",
-                "enable": "--enable-metrics"},
+                "requests": "sglang:num_requests_total", "errors": "sglang:num_aborted_requests_total",
+                "kv_usage": "sglang:token_usage", "enable": "--enable-metrics"},
     # setproctitle names: the scheduler (one per TP rank) holds the GPU memory; orphans reparent to PID 1.
     "process_titles": [r"sglang::scheduler\w*", r"sglang::detokenizer", r"sglang::data_parallel_controller"],
     # SGLang's launch_server exits on SIGTERM and kills its process tree; a scheduler that detached
@@ -292,9 +294,12 @@ VLLM = {
     "accept_length_lines": [r"SpecDecoding metrics: .*Mean acceptance length: ([\d.]+)"],
     # Prometheus /metrics (always served; the lab's vLLM 0.32 answers these names): mean acceptance length
     # is 1 + accepted / drafts, bonus token included, as vLLM's own SpecDecoding log line computes it.
+    # Finished requests are counted by finished_reason (stop, length, abort): an abort is a request that failed.
     "metrics": {"ttft": "vllm:time_to_first_token_seconds", "e2e": "vllm:e2e_request_latency_seconds",
                 "generated": "vllm:generation_tokens_total", "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-                "drafts": "vllm:spec_decode_num_drafts_total", "enable": None},
+                "drafts": "vllm:spec_decode_num_drafts_total", "requests": "vllm:request_success_total",
+                "errors": 'vllm:request_success_total{finished_reason="abort"}', "kv_usage": "vllm:kv_cache_usage_perc",
+                "enable": None},
     "process_titles": [r"VLLM::EngineCore\w*", r"VLLM::Worker\w*", r"VllmWorkerProcess", r"VLLM::APIServer"],
     # The OpenAI API server waits for open client streams to close on SIGTERM, whatever its
     # shutdown timeout: a stop must have its own deadline and escalate.

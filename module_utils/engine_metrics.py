@@ -3,15 +3,23 @@ after: requests and mean TTFT and E2E from its histograms (_sum, _count), tokens
 speculative decoding its accept length. Read beside the client's figures (module_utils/cells.py),
 so a client-side artefact and an engine-side effect can be told apart.
 
+A bake's reading (`reading`, `bake_reading`) is the engine's series at one moment in the shape a Prometheus
+query of the same series gives (serving_rollout/bake_metrics.py): each histogram's cumulative bucket counts by
+`le`, each counter and gauge summed over its label sets.
+
 The names are each engine's (module_utils/engine_adapters.py `metrics`). Pure, standard library.
 """
 
 import re
+import time
 
 from .engine_adapters import adapter
 from .engine_client import get_text
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+HISTOGRAMS = ("ttft", "e2e")  # what a bake reads by bucket
+SERIES = ("requests", "errors", "generated", "kv_usage")  # what a bake reads as one summed value
 
 
 def totals(text):
@@ -104,3 +112,59 @@ def figures(merged):
             "ttft_mean_s": mean(merged.get("ttft_sum_s"), merged.get("ttft_count")),
             "e2e_mean_s": mean(merged.get("e2e_sum_s"), merged.get("requests")),
             "generated_tokens": merged.get("generated_tokens"), "accept_length": accept}
+
+
+def selector(text):
+    """(name, {label: value}) of an adapter's series selector: 'name' or 'name{label="value",...}'."""
+    name, _, rest = text.partition("{")
+    return name, dict(_LABEL.findall(rest))
+
+
+def samples(text):
+    """[(name, {label: value}, value)] of a Prometheus text exposition, NaN left out."""
+    out = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())
+        if not match:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        if value == value:
+            out.append((match.group(1), dict(_LABEL.findall(match.group(2) or "")), value))
+    return out
+
+
+def _summed(found, wanted):
+    name, labels = selector(wanted)
+    values = [v for n, have, v in found if n == name and all(have.get(k) == x for k, x in labels.items())]
+    return sum(values) if values else None
+
+
+def _buckets(found, name):
+    out = {}
+    for sample_name, labels, value in found:
+        if sample_name == f"{name}_bucket" and "le" in labels:
+            out[labels["le"]] = out.get(labels["le"], 0.0) + value
+    return out
+
+
+def reading(engine, text):
+    """The engine's series a bake compares, from its /metrics text: {histogram role: {le: cumulative count}, series
+    role: value}; a role the engine's adapter names but the text lacks is left out (the judge names it missing)."""
+    names = adapter(engine).get("metrics") or {}
+    found = samples(text)
+    out = {role: _buckets(found, names[role]) for role in HISTOGRAMS if names.get(role)}
+    out = {role: buckets for role, buckets in out.items() if buckets}
+    out.update({role: value for role in SERIES if names.get(role) and (value := _summed(found, names[role])) is not None})
+    return out
+
+
+def bake_reading(engine, base_url, api_key=None, timeout=10.0, get=get_text, now=None):
+    """{at (epoch s), ok, series | error}: the engine's /metrics read now, as `reading` shapes it."""
+    at = (now or time.time)()
+    result = get(base_url, "/metrics", api_key=api_key, timeout=timeout)
+    if not result["ok"]:
+        return {"at": at, "ok": False, "error": f"GET /metrics: {result['error']}"}
+    return {"at": at, "ok": True, "series": reading(engine, result["text"])}

@@ -254,11 +254,13 @@ def fleet_promotion_command(args, extravars):
 
     bake_vars = {"rollout_bake_s": args.bake_s, "rollout_bake_interval_s": args.bake_interval_s}
     try:
-        plan = fleet_promotion.plan_of(args.evidence, args.run_id, args.canary, args.batch_size, args.bake_s)
+        rule = {"min_effect": args.bake_min_effect, "min_requests": args.bake_min_requests}
+        plan = fleet_promotion.plan_of(args.evidence, args.run_id, args.canary, args.batch_size, args.bake_s, rule)
         if args.dry_run:
             print("\n".join(fleet_promotion.plan_lines(plan)))
             print(f"to carry it out: bin/serving-rollout promote --fleet {args.run_id} --approve {plan['plan_id']} "
-                  f"-i {args.inventory} --canary {args.canary} --batch-size {args.batch_size} --bake-s {args.bake_s:g}")
+                  f"-i {args.inventory} --canary {args.canary} --batch-size {args.batch_size} --bake-s {args.bake_s:g} "
+                  f"--bake-min-effect {args.bake_min_effect:g} --bake-min-requests {args.bake_min_requests}")
             return 0
         approved = args.approve if isinstance(args.approve, str) else None
 
@@ -267,11 +269,20 @@ def fleet_promotion_command(args, extravars):
                 kind, playbook, args.inventory, {**extravars, **more}, args.evidence, quiet=args.json,
                 limit=hosts)["hosts"]}
 
+        def bake(hosts, phase):  # each host's answer with its bake record, what the metric comparison reads
+            result = run_playbook("bake", "bake.yml", args.inventory, {**extravars, **bake_vars,
+                                  "rollout_bake_phase": phase}, args.evidence, quiet=args.json, limit=hosts)
+            answers = {h["host"]: h for h in result["hosts"]}
+            for host, answer in answers.items():
+                record = Path(args.evidence) / host / f"bake-{result['run_id']}" / "bake.json"
+                if record.is_file():
+                    answer["record"] = json.loads(record.read_text())
+            return answers
+
         state = fleet_promotion.run(
             plan, args.evidence, approved,
             step("promote", "promote.yml", {"promotion_run_id": args.run_id, "promotion_approved_run_id": args.run_id}),
-            step("bake", "bake.yml", bake_vars), step("rollback", "rollback.yml", {}),
-            say=(lambda line: None) if args.json else print)
+            bake, step("rollback", "rollback.yml", {}), say=(lambda line: None) if args.json else print)
     except fleet_promotion.PromotionError as exc:
         print(f"serving-rollout: refused before any change: {exc}", file=sys.stderr)
         return EXIT["refused"]
@@ -516,6 +527,10 @@ def parser_of():
     promote.add_argument("--dry-run", action="store_true", help="with --fleet: show the plan, change nothing")
     promote.add_argument("--bake-s", type=float, default=600.0, help="with --fleet: each batch's bake, in seconds")
     promote.add_argument("--bake-interval-s", type=float, default=15.0, help="with --fleet: seconds between samples")
+    promote.add_argument("--bake-min-effect", type=float, default=0.02,
+                         help="with --fleet: a latency worse by this fraction (and significant) fails a bake")
+    promote.add_argument("--bake-min-requests", type=int, default=20,
+                         help="with --fleet: finished requests each window needs to be judged (else the bake fails)")
     for p in (run, plan, promote, *(sub.choices[name] for name in ("rollback", "capture", "propose", "render",
                                                                    "renew", "peer-path"))):
         p.add_argument("-i", "--inventory", required=True)

@@ -12,15 +12,21 @@ import hashlib
 import json
 from pathlib import Path
 
+from serving_rollout import bake_metrics, fleet
 from serving_rollout import evidence as evidence_tool
-from serving_rollout import fleet
 
 SCHEMA = "serving-rollout.fleet-promotion/v1"
 RULES = ("a host is promoted only on its own acceptable, sealed run of this fleet run, against the original that run "
          "measured (promote.yml refuses another, taking the host's lock)",
          "a batch is promoted only after every host of the batch before it passed its bake",
+         "each batch's originals are watched for the bake's window first (the window each promoted unit is compared "
+         "with); an original that fails its watch stops the promotion before its batch is touched",
          "a bake fails when the unit leaves active, restarts or begins another invocation, when its smoke completion "
          "fails twice in a row, or when its journal shows a crash",
+         "a bake fails when the engine's own metrics regress against its original's window: TTFT or E2E worse "
+         "(one-sided Mann-Whitney over the histograms' buckets at alpha, and the median or p90 worse by min_effect), "
+         "or the error rate up by more than max_error_rate_rise; a window that cannot be read (Prometheus "
+         "unreachable, a series missing, too few requests) fails it too",
          "a failed bake rolls its whole batch back (rollback.yml's restore, proven) and stops the promotion; earlier "
          "batches stay promoted, listed with the command that rolls them back")
 
@@ -42,12 +48,17 @@ def why_not(evidence, host, run_id):
     return None
 
 
-def plan_of(evidence, run_id, canary=1, batch_size=1, bake_s=600.0):
+def plan_of(evidence, run_id, canary=1, batch_size=1, bake_s=600.0, bake_rule=None):
     """The fleet promotion's plan: the fleet run's hosts in its order, batches of the promotable ones (canary first),
-    the skipped ones with why, the bake and the rules; plan_id names it (what the approval must name)."""
+    the skipped ones with why, the bake, its metric rule (bake_metrics.DEFAULTS' keys) and the rules; plan_id names
+    it (what the approval must name)."""
     if canary < 1 or batch_size < 1 or bake_s <= 0:
         raise PromotionError(f"canary and batch size must be at least 1 and the bake above 0 s, got {canary}, "
                              f"{batch_size} and {bake_s}")
+    rule = {**bake_metrics.DEFAULTS, **(bake_rule or {})}
+    if not 0 <= rule["min_effect"] < 1 or not 0 < rule["alpha"] < 1 or rule["min_requests"] < 1:
+        raise PromotionError(f"the bake's rule needs 0 <= min_effect < 1, 0 < alpha < 1 and min_requests >= 1, got "
+                             f"{rule['min_effect']}, {rule['alpha']} and {rule['min_requests']}")
     summary_path = Path(evidence) / f"fleet-{run_id}" / "summary.json"
     if not summary_path.is_file():
         raise PromotionError(f"no fleet run {run_id}: {summary_path} is missing (bin/serving-rollout status lists "
@@ -58,7 +69,7 @@ def plan_of(evidence, run_id, canary=1, batch_size=1, bake_s=600.0):
     batches = [promotable[:canary]] + [promotable[n:n + batch_size]
                                        for n in range(canary, len(promotable), batch_size)]
     plan = {"schema": SCHEMA, "run_id": run_id, "batches": [b for b in batches if b], "skipped": skipped,
-            "bake_s": float(bake_s), "rules": list(RULES)}
+            "bake_s": float(bake_s), "bake_rule": rule, "rules": list(RULES)}
     plan["plan_id"] = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
     return plan
 
@@ -69,6 +80,10 @@ def plan_lines(plan):
     lines += [f"  batch {n} ({'canary' if n == 1 else 'batch'}): {', '.join(batch)}; then a {plan['bake_s']:g} s bake"
               for n, batch in enumerate(plan["batches"], 1)]
     lines += [f"  skipped {host}: {why}" for host, why in sorted(plan["skipped"].items())]
+    rule = plan["bake_rule"]
+    lines.append(f"  bake's metric rule: min_effect {rule['min_effect']:.0%}, alpha {rule['alpha']:g}, error rate rise "
+                 f"at most {rule['max_error_rate_rise']:.0%} points, at least {rule['min_requests']} finished requests "
+                 "in each window")
     lines += [f"  rule: {rule}" for rule in plan["rules"]]
     return lines
 
@@ -84,6 +99,9 @@ def report_lines(state):
              "| host | batch | state | why |", "| --- | --- | --- | --- |"]
     lines += [f"| {host} | {h.get('batch') or '-'} | {h['state']} | {h.get('why') or ''} |"
               for host, h in state["hosts"].items()]
+    lines += [f"- {host}'s bake against its original's window ({h['metrics']['source']}): "
+              f"{h['metrics']['verdict']}; " + "; ".join(h["metrics"]["judged"] or h["metrics"]["reasons"])
+              for host, h in state["hosts"].items() if h.get("metrics")]
     lines += ["", f"Ended: {state['ended']}."]
     if state.get("promoted_left"):
         lines.append(f"Promoted and left so: {', '.join(state['promoted_left'])}; to roll them back too: "
@@ -99,8 +117,84 @@ def mark(state, hosts, answers, ok, bad):
                                     "refused" if answer["outcome"] == "refused" else bad, why=answer.get("why"))
 
 
-def run(plan, evidence, approved, promote, bake, rollback, say=print):
-    """Carry the plan out; returns the final state. PromotionError when the approval does not name this plan."""
+def rule_metrics(evidence, host, run_id):
+    """The latency metrics of the host's run's decision rule (its guard metrics), the ones a bake judges."""
+    path = Path(evidence) / host / f"rollout-{run_id}" / "decision.json"
+    guard = (json.loads(path.read_text()).get("rule") or {}).get("guard") if path.is_file() else None
+    return [m for m in (guard or bake_metrics.RULE_METRICS) if m in bake_metrics.RULE_METRICS] or \
+        list(bake_metrics.RULE_METRICS)
+
+
+def window_of(record, read=bake_metrics.prometheus_reading):
+    """The window a bake record watched, read from the Prometheus it names or from its own /metrics readings."""
+    bake, prometheus = record["bake"], record.get("prometheus") or {}
+    if not bake.get("window"):
+        return {"ok": False, "error": "the bake kept no window (it ended before it began)"}
+    if prometheus.get("url"):
+        ends = [read(prometheus["url"], record["engine"], prometheus["labels"], bake["window"][end])
+                for end in ("start", "end")]
+    else:
+        ends = [(bake.get("metrics") or {}).get(end) or {"ok": False, "error": "no /metrics reading kept"}
+                for end in ("start", "end")]
+    return {**bake_metrics.window(*ends), "source": prometheus.get("url") or "the engine's /metrics"}
+
+
+def compare(before, after, rule, read=bake_metrics.prometheus_reading):
+    """The promoted unit's window judged against its original's (bake_metrics.judge), with both windows."""
+    pre, post = window_of(before, read), window_of(after, read)
+    return {**bake_metrics.judge(pre, post, rule), "before": pre, "after": post}
+
+
+def _judge_metrics(state, hosts, pre, post, plan, evidence, read):
+    for host in hosts:
+        if state["hosts"][host]["state"] != "passed":
+            continue
+        rule = {**plan["bake_rule"], "metrics": rule_metrics(evidence, host, plan["run_id"])}
+        result = compare(pre[host]["record"], post[host]["record"], rule, read)
+        state["hosts"][host]["metrics"] = {k: result[k] for k in ("verdict", "reasons", "shown")} | {
+            "judged": [m["text"] for m in result["metrics"]], "source": result["after"].get("source")}
+        if result["verdict"] != "pass":
+            state["hosts"][host].update(state="bake failed", why="bake failed: " + "; ".join(result["reasons"]))
+
+
+def _roll_back(state, baking, rollback, say, n):
+    say(f"fleet promotion: batch {n} failed: rolling back {', '.join(baking)}")
+    causes = {h: state["hosts"][h].get("why") for h in baking}
+    mark(state, baking, rollback(baking), "rolled back", "rollback FAILED")
+    for host in baking:  # the bake's cause stays beside the rollback's outcome
+        state["hosts"][host]["why"] = "; ".join(w for w in (causes[host], state["hosts"][host].get("why")) if w)
+
+
+def _batch(state, plan, n, batch, steps, evidence, say):
+    """One batch: its originals watched, promoted, baked and judged; rolled back when any failed. True: it passed."""
+    promote, bake, rollback, read = steps
+    say(f"fleet promotion: batch {n} of {len(plan['batches'])}: watching the originals of {', '.join(batch)} for "
+        f"{plan['bake_s']:g} s")
+    pre = bake(batch, "original")
+    unwell = {h: a.get("why") for h, a in pre.items() if a.get("outcome") != "ok" or not a.get("record")}
+    if unwell or set(pre) != set(batch):
+        for host in batch:
+            state["hosts"][host].update(state="not promoted: its original failed its watch" if host in unwell
+                                        else "not started", why=unwell.get(host))
+        return False
+    say(f"fleet promotion: batch {n}: promoting {', '.join(batch)}")
+    mark(state, batch, promote(batch), "baking", "promotion failed, restored")
+    save(Path(evidence) / f"fleet-promotion-{plan['run_id']}", state)
+    baking = [h for h in batch if state["hosts"][h]["state"] == "baking"]
+    if baking:
+        say(f"fleet promotion: batch {n}: baking {', '.join(baking)} for {plan['bake_s']:g} s")
+        post = bake(baking, "promoted")
+        mark(state, baking, post, "passed", "bake failed")
+        _judge_metrics(state, baking, pre, post, plan, evidence, read)
+    failed = [h for h in batch if state["hosts"][h]["state"] in ("bake failed", "promotion failed, restored")]
+    if failed and baking:  # the hosts this batch promoted: each gets its previous original back
+        _roll_back(state, baking, rollback, say, n)
+    return not failed
+
+
+def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_metrics.prometheus_reading):
+    """Carry the plan out; returns the final state. PromotionError when the approval does not name this plan.
+    bake(hosts, phase) answers per host with "record" (its bake.json); read: bake_metrics.prometheus_reading."""
     if approved != plan["plan_id"]:
         raise PromotionError(f"the approval names plan {approved!r}, and the plan now is {plan['plan_id']!r} (the "
                              "fleet's evidence changed, or the options differ): look at --dry-run again, then approve "
@@ -114,23 +208,9 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print):
                        **{h: {"state": "skipped", "why": why} for h, why in plan["skipped"].items()}}}
     save(folder, state)
     for n, batch in enumerate(plan["batches"], 1):
-        say(f"fleet promotion: batch {n} of {len(plan['batches'])}: promoting {', '.join(batch)}")
-        mark(state, batch, promote(batch), "baking", "promotion failed, restored")
+        passed = _batch(state, plan, n, batch, (promote, bake, rollback, read), evidence, say)
         save(folder, state)
-        baking = [h for h in batch if state["hosts"][h]["state"] == "baking"]
-        if baking:
-            say(f"fleet promotion: batch {n}: baking {', '.join(baking)} for {plan['bake_s']:g} s")
-            mark(state, baking, bake(baking), "passed", "bake failed")
-            save(folder, state)
-        failed = [h for h in batch if state["hosts"][h]["state"] in ("bake failed", "promotion failed, restored")]
-        if failed:
-            if baking:  # the hosts this batch promoted: each gets its previous original back
-                say(f"fleet promotion: batch {n} failed ({', '.join(failed)}): rolling back {', '.join(baking)}")
-                causes = {h: state["hosts"][h].get("why") for h in baking}
-                mark(state, baking, rollback(baking), "rolled back", "rollback FAILED")
-                for host in baking:  # the bake's cause stays beside the rollback's outcome
-                    state["hosts"][host]["why"] = "; ".join(w for w in (causes[host], state["hosts"][host].get("why"))
-                                                            if w)
+        if not passed:
             state["ended"] = f"stopped at batch {n}"
             break
     else:

@@ -44,6 +44,8 @@ Configuration (environment, all optional):
       capture_fails_on:NAME=V CUDA-graph capture fails with NCCL's "invalid usage" when the environment has
                               NAME=V (the 8-GPU PCIe host of domain-notes.md: NCCL_ALGO=Tree)
       fail_requests           answer every completion with HTTP 500
+      fail_rate:F             answer a fraction F (0-1) of completions with HTTP 500 (counted as aborted in
+                              /metrics, as the engine it plays counts a failed request)
       startup:S               take S seconds to become ready (overrides DOUBLE_STARTUP_S)
       ready_after_removed:PATH  not ready while PATH exists (a test holds a run in its
                               candidate-starting phase for as long as it needs, whatever the load)
@@ -125,6 +127,19 @@ def parse_engine_args(argv):
     args, unknown = parser.parse_known_args(argv)
     args.unknown_args = unknown
     return args
+
+
+# Each engine's own histogram bounds (seconds): SGLang's metrics/collector.py and vLLM's v1 metrics/loggers.py.
+BUCKETS = {
+    "sglang": {"ttft": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                        15.0, 20.0, 25.0, 30.0],
+               "e2e": [0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
+                       400.0, 800.0]},
+    "vllm": {"ttft": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                      20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+             "e2e": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                     480.0, 960.0, 1920.0, 7680.0]},
+}
 
 
 def parse_faults(text):
@@ -325,7 +340,11 @@ class Engine:
         self.ready = threading.Event()
         self.completed = 0
         self.count_lock = threading.Lock()
-        self.served = {"requests": 0, "ttft_sum": 0.0, "e2e_sum": 0.0, "generated": 0}
+        self.served = {"requests": 0, "ttft_sum": 0.0, "e2e_sum": 0.0, "generated": 0, "errors": 0, "running": 0,
+                       "ttft_buckets": [0] * len(BUCKETS[env.get("DOUBLE_SHAPE", "sglang")]["ttft"]),
+                       "e2e_buckets": [0] * len(BUCKETS[env.get("DOUBLE_SHAPE", "sglang")]["e2e"])}
+        self.kv_tokens = int(env.get("DOUBLE_KV_TOKENS", "500000"))
+        self.failures = random.Random(int(env.get("DOUBLE_SEED", "0")))
         self.model_id = args.served_model_name or args.model_path
 
     def log(self, line):
@@ -508,10 +527,16 @@ class Engine:
             first = first if first is not None else time.monotonic() - started
             yield index
         with self.count_lock:
+            e2e = time.monotonic() - started
             self.served["requests"] += 1
             self.served["ttft_sum"] += first or 0.0
-            self.served["e2e_sum"] += time.monotonic() - started
+            self.served["e2e_sum"] += e2e
             self.served["generated"] += count
+            shape = BUCKETS[self.env.get("DOUBLE_SHAPE", "sglang")]
+            for role, value in (("ttft", first or 0.0), ("e2e", e2e)):
+                index = next((n for n, bound in enumerate(shape[role]) if value <= bound), None)
+                if index is not None:  # above the last bound: counted in +Inf (the _count) only
+                    self.served[f"{role}_buckets"][index] += 1
         if self.accept_length and self.env.get("DOUBLE_SHAPE", "sglang") == "sglang":
             # SGLang logs speculation's accept length in its decode lines, with or without --enable-metrics
             self.say("decode-batch", tokens=count, accept=self.accept_length,
@@ -524,11 +549,26 @@ class Engine:
         label = f'{{model_name="{self.model_id}"}}'
         with self.count_lock:
             served = dict(self.served)
-        lines = [f"# TYPE {names['ttft']} histogram", f"{names['ttft']}_sum{label} {served['ttft_sum']}",
-                 f"{names['ttft']}_count{label} {float(served['requests'])}",
-                 f"# TYPE {names['e2e']} histogram", f"{names['e2e']}_sum{label} {served['e2e_sum']}",
-                 f"{names['e2e']}_count{label} {float(served['requests'])}",
-                 f"# TYPE {names['generated']} counter", f"{names['generated']}{label} {float(served['generated'])}"]
+        lines = []
+        for role in ("ttft", "e2e"):
+            lines += [f"# TYPE {names[role]} histogram", f"{names[role]}_sum{label} {served[f'{role}_sum']}",
+                      f"{names[role]}_count{label} {float(served['requests'])}"]
+            total = 0
+            for bound, count in zip(BUCKETS[shape][role], served[f"{role}_buckets"], strict=True):
+                total += count
+                lines.append(f'{names[role]}_bucket{{le="{bound}",model_name="{self.model_id}"}} {float(total)}')
+            lines.append(f'{names[role]}_bucket{{le="+Inf",model_name="{self.model_id}"}} {float(served["requests"])}')
+        lines += [f"# TYPE {names['generated']} counter", f"{names['generated']}{label} {float(served['generated'])}",
+                  f"# TYPE {names['kv_usage']} gauge",
+                  f"{names['kv_usage']}{label} {min(1.0, served['running'] * 1000 / max(self.kv_tokens, 1))}"]
+        if shape == "sglang":  # every request received, and the aborted ones
+            lines += [f"{names['requests']}{label} {float(served['requests'] + served['errors'])}",
+                      f"{names['errors']}{label} {float(served['errors'])}"]
+        else:  # vLLM: finished requests by finished_reason
+            lines += [f'{names["requests"]}{{finished_reason="stop",model_name="{self.model_id}"}} '
+                      f'{float(served["requests"])}',
+                      f'{names["requests"]}{{finished_reason="abort",model_name="{self.model_id}"}} '
+                      f'{float(served["errors"])}']
         # no_spec_metrics: a server whose /metrics say nothing of speculation (SGLang without --enable-metrics)
         speculating = self.accept_length and "no_spec_metrics" not in self.faults
         if speculating and names.get("accept_length"):  # SGLang: a gauge
@@ -681,10 +721,18 @@ class Handler(BaseHTTPRequestHandler):
             self.engine.log("a request is waiting for a step that never comes (injected fault: stall_after)")
             time.sleep(3600)
             return
-        if "fail_requests" in self.engine.faults:
-            self.send_json(500, {"error": "injected fault: fail_requests"})
+        failing = "fail_requests" in faults or self.engine.failures.random() < float(faults.get("fail_rate") or 0)
+        with self.engine.count_lock:
+            self.engine.served["errors" if failing else "running"] += 1
+        if failing:
+            self.send_json(500, {"error": "injected fault: " + ("fail_requests" if "fail_requests" in faults
+                                                                  else "fail_rate")})
         else:
-            self.complete(body, messages)
+            try:
+                self.complete(body, messages)
+            finally:
+                with self.engine.count_lock:
+                    self.engine.served["running"] -= 1
         # the tool's untimed warm-up requests are answered like any, and not counted by the faults that count
         # requests (crash_after, stall_after): those count the measured ones, as the tests that set them assume
         if not self.headers.get("X-Request-Id", "").startswith("serving-rollout-warmup-"):

@@ -29,7 +29,9 @@ def test_the_plan_puts_the_canary_first_then_batches_and_skips_each_host_without
     assert lines[:4] == [f"fleet promotion of run R1, plan {plan['plan_id']}:",
                          "  batch 1 (canary): a; then a 60 s bake", "  batch 2 (batch): b, d; then a 60 s bake",
                          "  batch 3 (batch): e; then a 60 s bake"]
-    assert lines[4] == "  skipped c: c has no acceptable run" and lines[5].startswith("  rule: a host is promoted only")
+    assert lines[4] == "  skipped c: c has no acceptable run" and lines[6].startswith("  rule: a host is promoted only")
+    assert lines[5] == ("  bake's metric rule: min_effect 2%, alpha 0.05, error rate rise at most 1% points, at least "
+                        "20 finished requests in each window")
 
 
 def test_a_host_is_promotable_only_on_its_own_sealed_acceptable_run(tmp_path):
@@ -46,9 +48,26 @@ def test_a_missing_fleet_run_or_bad_sizes_are_refused_by_value(tmp_path):
         fleet_promotion.plan_of(tmp_path, "R1", canary=0, bake_s=60)
 
 
+def record(e2e_s=0.25, requests=40, errors=0):
+    """A bake record as bake.yml keeps it without a Prometheus: the engine's readings at the window's two ends, its
+    requests spread around e2e_s (TEST DOUBLE numbers, shaped as module_utils/engine_metrics.reading gives them)."""
+    bounds = ["0.1", "0.2", "0.4", "0.6", "0.8", "+Inf"]
+    spread = [e2e_s * f for f in (0.7, 0.85, 1.0, 1.15, 1.3)]
+    per_request = [next(b for b in bounds if b == "+Inf" or v <= float(b)) for v in spread] * (requests // 5)
+    buckets = {b: float(sum(1 for r in per_request if r == "+Inf" or (b == "+Inf" or float(r) <= float(b))))
+               for b in bounds}
+    zero = {b: 0.0 for b in bounds}
+    start = {"at": 100.0, "ok": True, "series": {"ttft": zero, "e2e": zero, "requests": 0.0, "errors": 0.0}}
+    end = {"at": 160.0, "ok": True, "series": {"ttft": buckets, "e2e": buckets, "requests": float(requests + errors),
+                                               "errors": float(errors)}}
+    return {"engine": "sglang", "prometheus": {"url": "", "labels": {}},
+            "bake": {"window": {"start": 100.0, "end": 160.0}, "metrics": {"start": start, "end": end}}}
+
+
 class Steps:  # TEST DOUBLES of promote.yml, bake.yml and rollback.yml per host
-    def __init__(self, promote=None, bake=None):
+    def __init__(self, promote=None, bake=None, promoted=None):
         self.promote_answers, self.bake_answers, self.calls = promote or {}, bake or {}, []
+        self.promoted = promoted or {}  # host: the promoted unit's bake record (default: like its original's)
 
     def step(self, name, answers):
         def run(hosts):
@@ -56,10 +75,16 @@ class Steps:  # TEST DOUBLES of promote.yml, bake.yml and rollback.yml per host
             return {h: answers.get(h, {"outcome": "ok"}) for h in hosts}
         return run
 
+    def bake(self, hosts, phase):
+        self.calls.append(("bake" if phase == "promoted" else "watch", list(hosts)))
+        answers = self.bake_answers if phase == "promoted" else {}
+        return {h: {**answers.get(h, {"outcome": "ok"}),
+                    "record": self.promoted.get(h, record()) if phase == "promoted" else record()} for h in hosts}
+
     def run(self, plan, tmp_path, approved=None):
         return fleet_promotion.run(plan, tmp_path, approved or plan["plan_id"], self.step("promote",
-                                   self.promote_answers), self.step("bake", self.bake_answers),
-                                   self.step("rollback", {}), say=lambda line: None)
+                                   self.promote_answers), self.bake, self.step("rollback", {}),
+                                   say=lambda line: None)
 
 
 def plan_of(tmp_path, monkeypatch, hosts=("a", "b", "c", "d")):
@@ -70,11 +95,14 @@ def plan_of(tmp_path, monkeypatch, hosts=("a", "b", "c", "d")):
 def test_every_batch_baked_before_the_next_is_promoted(tmp_path, monkeypatch):
     steps = Steps()
     state = steps.run(plan_of(tmp_path, monkeypatch), tmp_path)
-    assert steps.calls == [("promote", ["a"]), ("bake", ["a"]), ("promote", ["b", "c"]), ("bake", ["b", "c"]),
-                           ("promote", ["d"]), ("bake", ["d"])]
+    assert steps.calls == [("watch", ["a"]), ("promote", ["a"]), ("bake", ["a"]), ("watch", ["b", "c"]),
+                           ("promote", ["b", "c"]), ("bake", ["b", "c"]), ("watch", ["d"]), ("promote", ["d"]),
+                           ("bake", ["d"])]
     assert state["ended"] == "every batch passed its bake" and state["promoted_left"] == ["a", "b", "c", "d"]
     saved = json.loads((tmp_path / "fleet-promotion-R1" / "state.json").read_text())
     assert {h: s["state"] for h, s in saved["hosts"].items()} == dict.fromkeys("abcd", "passed")
+    assert saved["hosts"]["a"]["metrics"]["verdict"] == "pass" and saved["hosts"]["a"]["metrics"]["judged"][0] \
+        .startswith("TTFT p50 ")
 
 
 def test_a_failed_bake_rolls_its_whole_batch_back_and_no_later_batch_is_touched(tmp_path, monkeypatch):
@@ -102,3 +130,40 @@ def test_an_approval_of_another_plan_is_refused_before_any_step(tmp_path, monkey
     with pytest.raises(fleet_promotion.PromotionError, match="the approval names plan 'abc', and the plan now is"):
         steps.run(plan_of(tmp_path, monkeypatch), tmp_path, approved="abc")
     assert steps.calls == [] and not (tmp_path / "fleet-promotion-R1").exists()
+
+
+def test_a_promoted_engine_slower_than_its_original_fails_the_bake_by_its_metrics_and_is_rolled_back(tmp_path,
+                                                                                                     monkeypatch):
+    steps = Steps(promoted={"c": record(e2e_s=0.45)})
+    state = steps.run(plan_of(tmp_path, monkeypatch), tmp_path)
+    assert steps.calls[-1] == ("rollback", ["b", "c"]) and state["hosts"]["b"]["state"] == "rolled back"
+    why = state["hosts"]["c"]["why"]
+    assert why.startswith("bake failed: TTFT p50 ") and "E2E p50 " in why and "worse by at least 2%" in why, why
+    assert state["hosts"]["b"]["metrics"]["verdict"] == "pass"  # its batch goes back with it all the same
+
+
+def test_an_error_rate_rise_or_a_window_without_its_readings_fails_the_bake_by_name(tmp_path, monkeypatch):
+    unread = record()
+    unread["bake"]["metrics"]["end"] = {"at": 160.0, "ok": False, "error": "GET /metrics: connection refused"}
+    steps = Steps(promoted={"b": record(errors=4), "c": unread})
+    state = steps.run(plan_of(tmp_path, monkeypatch), tmp_path)
+    assert "the error rate rose from 0.00% to 9.09%" in state["hosts"]["b"]["why"]
+    assert "the window the promoted unit's cannot be read: GET /metrics: connection refused" in \
+        state["hosts"]["c"]["why"]
+
+
+def test_an_original_that_fails_its_watch_stops_the_promotion_before_its_batch_is_touched(tmp_path, monkeypatch):
+    steps = Steps()
+    original_bake = steps.bake
+
+    def bake(hosts, phase):
+        answers = original_bake(hosts, phase)
+        if phase == "original" and "c" in hosts:
+            answers["c"] = {"outcome": "failed", "why": "bake of the original unit failed: the unit restarted"}
+        return answers
+
+    steps.bake = bake
+    state = steps.run(plan_of(tmp_path, monkeypatch), tmp_path)
+    assert ("promote", ["b", "c"]) not in steps.calls and state["ended"] == "stopped at batch 2"
+    assert state["hosts"]["c"]["state"] == "not promoted: its original failed its watch"
+    assert state["hosts"]["b"]["state"] == "not started" and state["promoted_left"] == ["a"]
