@@ -1,0 +1,136 @@
+"""The bake's metric comparison (serving_rollout/bake_metrics.py): PromQL's histogram_quantile, a window from two
+readings, the judgement, and a Prometheus reading in the same shape as a scrape of the engine. Prometheus's HTTP
+answers here are a TEST DOUBLE (canned /api/v1/query bodies); the lab asks the real one
+(tests/integration/test_bake_prometheus_lab.py)."""
+
+import io
+import json
+import urllib.error
+import urllib.parse
+
+import pytest
+
+from serving_rollout import bake_metrics
+from serving_rollout.module_utils import engine_metrics
+
+# tests/fixtures/metrics: the shape SGLang documents (sgl-project/sglang docs/references/production_metrics.md)
+TEXT = """# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_sum{model_name="m"} 9.0
+sglang:e2e_request_latency_seconds_count{model_name="m"} 30.0
+sglang:e2e_request_latency_seconds_bucket{le="0.1",model_name="m"} 0.0
+sglang:e2e_request_latency_seconds_bucket{le="0.2",model_name="m"} 10.0
+sglang:e2e_request_latency_seconds_bucket{le="0.4",model_name="m"} 25.0
+sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 30.0
+sglang:time_to_first_token_seconds_bucket{le="0.01",model_name="m"} 20.0
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 30.0
+sglang:num_requests_total{model_name="m"} 31.0
+sglang:num_aborted_requests_total{model_name="m"} 1.0
+sglang:token_usage{model_name="m"} 0.25
+"""
+
+
+def test_histogram_quantile_is_promqls_linear_interpolation_within_the_bucket():
+    buckets = {"0.1": 0.0, "0.2": 10.0, "0.4": 25.0, "+Inf": 30.0}
+    assert bake_metrics.histogram_quantile(0.5, buckets) == 0.2 + 0.2 * (15 - 10) / 15  # rank 15 in (0.2, 0.4]
+    assert bake_metrics.histogram_quantile(0.2, buckets) == pytest.approx(0.1 + 0.1 * 6 / 10)
+    assert bake_metrics.histogram_quantile(0.99, buckets) == 0.4  # in +Inf: the highest finite bound
+    assert bake_metrics.histogram_quantile(0.5, {"0.1": 0.0, "+Inf": 0.0}) is None
+    assert bake_metrics.histogram_quantile(0.5, {"0.1": 3.0}) is None  # no +Inf: no quantile, as PromQL
+
+
+def test_a_scrape_reading_holds_buckets_and_summed_series_by_the_engines_adapter_names():
+    reading = engine_metrics.reading("sglang", TEXT)
+    assert reading["e2e"] == {"0.1": 0.0, "0.2": 10.0, "0.4": 25.0, "+Inf": 30.0}
+    assert reading["requests"] == 31.0 and reading["errors"] == 1.0 and reading["kv_usage"] == 0.25
+    assert "generated" not in reading  # not in the text: left out, and the window names it when it needs it
+    vllm = 'vllm:request_success_total{finished_reason="stop",model_name="m"} 8\n' \
+           'vllm:request_success_total{finished_reason="abort",model_name="m"} 2\n'
+    assert engine_metrics.reading("vllm", vllm) == {"requests": 10.0, "errors": 2.0}
+
+
+def test_a_window_is_the_difference_and_a_counter_reset_or_a_missing_series_is_unreadable_by_name():
+    end = {"at": 60.0, "ok": True, "series": engine_metrics.reading("sglang", TEXT)}
+    start = {"at": 0.0, "ok": True, "series": {role: ({le: 0.0 for le in value} if isinstance(value, dict) else 0.0)
+                                               for role, value in end["series"].items()}}
+    w = bake_metrics.window(start, end)
+    assert w["ok"] and w["requests"] == 31.0 and w["errors"] == 1.0 and w["latency_requests"] == 30.0
+    assert round(w["error_rate"], 4) == round(1 / 31, 4) and w["e2e"]["p50_s"] == bake_metrics.histogram_quantile(
+        0.5, end["series"]["e2e"])
+    assert bake_metrics.window(end, start) == {
+        "ok": False, "error": "ttft went down over the window (a counter reset: the engine restarted)"}
+    lacking = {**end, "series": {k: v for k, v in end["series"].items() if k != "requests"}}
+    assert bake_metrics.window(start, lacking)["error"] == "the series for requests is missing at the window's end"
+
+
+def spread(center, n=60, bounds=("0.1", "0.2", "0.3", "0.4", "0.6", "0.8", "+Inf")):
+    values = [center * (0.8 + 0.4 * k / (n - 1)) for k in range(n)]
+    return {b: float(sum(1 for v in values if b == "+Inf" or v <= float(b))) for b in bounds}
+
+
+def window(center, errors=0.0, n=60):
+    buckets = spread(center, n)
+    return {"ok": True, "seconds": 60.0, "ttft": {"buckets": buckets, **quantiles(buckets)},
+            "e2e": {"buckets": buckets, **quantiles(buckets)}, "latency_requests": float(n),
+            "requests": float(n) + errors, "errors": errors, "error_rate": errors / (n + errors)}
+
+
+def quantiles(buckets):
+    return {f"p{round(q * 100)}_s": bake_metrics.histogram_quantile(q, buckets) for q in bake_metrics.QUANTILES}
+
+
+def test_the_judgement_fails_a_slower_window_passes_the_same_and_names_an_error_rate_rise():
+    rule = {"metrics": ["e2e_s"]}
+    same = bake_metrics.judge(window(0.25), window(0.25), rule)
+    assert same["verdict"] == "pass" and same["reasons"] == [] and same["metrics"][0]["verdict"] == "not worse"
+    slower = bake_metrics.judge(window(0.25), window(0.4), rule)
+    assert slower["verdict"] == "fail" and slower["reasons"][0].startswith("E2E p50 0.2"), slower["reasons"]
+    faster = bake_metrics.judge(window(0.4), window(0.25), rule)
+    assert faster["verdict"] == "pass"  # one-sided: better is no regression
+    errors = bake_metrics.judge(window(0.25), window(0.25, errors=3.0), rule)
+    assert errors["reasons"] == ["the error rate rose from 0.00% to 4.76% (more than 1% points)"]
+    few = bake_metrics.judge(window(0.25, n=5), window(0.25), rule)
+    assert few["verdict"] == "fail" and "holds 5 finished requests, fewer than the 20" in few["reasons"][0]
+
+
+def prometheus(values, sample_at=None, fail=None):
+    """A TEST DOUBLE of Prometheus's /api/v1/query: answers each query from `values` {query: result list}."""
+    asked = []
+
+    def opener(url, timeout):
+        if fail:
+            raise urllib.error.URLError(fail)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        asked.append(query)
+        q, at = query["query"][0], float(query["time"][0])
+        result = [{"metric": {}, "value": [at, str(sample_at if sample_at is not None else at - 1)]}] \
+            if q.startswith("max(timestamp(") else values.get(q, [])
+        return io.BytesIO(json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                                     "result": result}}).encode())
+    return opener, asked
+
+
+def test_a_prometheus_reading_asks_promql_with_the_hosts_labels_and_gives_a_scrapes_shape():
+    labels = {"host": "gpu-7"}
+    q = bake_metrics.queries("sglang", labels)
+    assert q["e2e"] == 'sum by (le) (sglang:e2e_request_latency_seconds_bucket{host="gpu-7"})'
+    assert q["errors"] == 'sum(sglang:num_aborted_requests_total{host="gpu-7"})'
+    assert bake_metrics.queries("vllm", labels)["errors"] == \
+        'sum(vllm:request_success_total{finished_reason="abort",host="gpu-7"})'
+    scraped = engine_metrics.reading("sglang", TEXT)
+    values = {q[role]: ([{"metric": {"le": le}, "value": [0, str(v)]} for le, v in scraped[role].items()]
+                        if isinstance(scraped[role], dict) else [{"metric": {}, "value": [0, str(scraped[role])]}])
+              for role in scraped}
+    opener, asked = prometheus(values)
+    reading = bake_metrics.prometheus_reading("http://prom:9090", "sglang", labels, 1000.0, opener=opener)
+    assert reading["ok"] and reading["series"] == scraped and {a["time"][0] for a in asked} == {"1000.000"}
+
+
+def test_an_unreachable_prometheus_or_a_stale_sample_is_an_unreadable_window_by_name():
+    opener, _ = prometheus({}, fail="[Errno 111] Connection refused")
+    down = bake_metrics.prometheus_reading("http://prom:9090", "sglang", {"host": "h"}, 1000.0, opener=opener)
+    assert not down["ok"] and "Prometheus at http://prom:9090 did not answer" in down["error"] \
+        and "Connection refused" in down["error"]
+    opener, _ = prometheus({}, sample_at=900.0)
+    stale = bake_metrics.prometheus_reading("http://prom:9090", "sglang", {"host": "h"}, 1000.0, opener=opener)
+    assert stale["error"] == ('Prometheus\'s newest sample for host="h" at 1000 is 100 s old (more than 60 s): it '
+                              "did not scrape the engine then")
