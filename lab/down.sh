@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Remove every container the lab started: the lab hosts (serving-lab-*: bin/lab-run's, bin/test's workers', the
 # fleet's, the real-engine host), molecule's scenario hosts (molecule-*) and an image build left half-way
-# (serving-rollout-lab-*). The images stay (the next start is fast). LAB_CONTAINER=NAME removes that one alone.
+# (serving-rollout-lab-*), and the lab's Prometheus. The images stay (the next start is fast). LAB_CONTAINER=NAME removes that one alone.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
@@ -15,3 +15,8 @@ for name in $names; do
   echo "removed lab container $name"
 done
 [ -n "$names" ] || echo "no lab container to remove"
+# The lab's Prometheus (lab/prometheus-up.sh), when it runs.
+if [ -z "${LAB_CONTAINER:-}" ] && [ -f "$here/.prometheus/pid" ]; then
+  kill "$(cat "$here/.prometheus/pid")" 2>/dev/null && echo "stopped the lab prometheus" || true
+  rm -f "$here/.prometheus/pid"
+fi

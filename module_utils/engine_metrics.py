@@ -157,7 +157,10 @@ def reading(engine, text):
     found = samples(text)
     out = {role: _buckets(found, names[role]) for role in HISTOGRAMS if names.get(role)}
     out = {role: buckets for role, buckets in out.items() if buckets}
-    out.update({role: value for role in SERIES if names.get(role) and (value := _summed(found, names[role])) is not None})
+    for role in (r for r in SERIES if names.get(r)):
+        value = _summed(found, names[role])
+        if value is not None:
+            out[role] = value
     return out
 
 

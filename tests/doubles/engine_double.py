@@ -810,13 +810,22 @@ class Handler(BaseHTTPRequestHandler):
         return words, None
 
 
+class QuietOnHangUp(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a user's request cancelled) is no error of the engine: the engines' own
+    servers log no traceback for it, so neither does the double (a traceback reads as a crash in its journal)."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def make_handler(engine):
     return type("EngineHandler", (Handler,), {"engine": engine})
 
 def main(argv=None):
     args = parse_engine_args(sys.argv[1:] if argv is None else argv)
     engine = Engine(args, dict(os.environ))
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server = QuietOnHangUp((args.host, args.port), make_handler(engine))
     server.daemon_threads = True
 
     def on_term(signum, frame):

@@ -2,15 +2,23 @@
 stopping at the first host that fails; a fleet-wide rollback."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import tempfile
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 import testinfra
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO
 from restored import restored_problems
+
+from serving_rollout import bake_metrics, fleet_promotion
+from serving_rollout.module_utils import engine_metrics
 
 HOSTS = {"lab-gpu-1": LAB_HOST, "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
 FAULTS = "/etc/engine-double/faults/sglang-candidate.service"
@@ -37,6 +45,8 @@ def identity(host):
 @pytest.fixture(scope="module")
 def fleet():
     subprocess.run([REPO / "lab" / "fleet-up.sh"], check=True, capture_output=True)
+    # The lab's Prometheus, named in inventory/lab-fleet: a fleet promotion's bakes read the engines' series from it.
+    subprocess.run([REPO / "lab" / "prometheus-up.sh"], check=True, capture_output=True)
     # A candidate effect far outside any noise (speedup), so the canary's verdict holds on a loaded machine.
     for host in HOSTS:
         on(host, "sh", "-c", f"mkdir -p /etc/engine-double/faults && echo speedup:0.5 > {FAULTS}")
@@ -150,17 +160,30 @@ def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_s
 
 
 # The bake must see three smokes to meet the crash (crash_after:3, so the restored original survives the rollback's
-# own two gates): 20 s at 1 s intervals leaves room for slow smokes on a busy machine; a failing bake ends early.
+# own two gates): 20 s at 1 s intervals leaves room for slow smokes on a busy machine; a failing bake ends early. The
+# metric rule is wide (a latency 50 % worse) and the injected regression far wider (4x), so a busy machine's noise
+# between the original's window and the promoted one's can neither fail the canary nor hide the regression.
 PROMOTE_FLEET = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "20",
-                 "--bake-interval-s", "1"]
+                 "--bake-interval-s", "1", "--bake-min-effect", "0.5", "--bake-min-requests", "10"]
+
+
+def traffic(host, start=True):
+    """The users' traffic double on the host (playbooks/lab-prometheus.yml put it there), as a transient unit."""
+    if start:
+        on(host, "systemd-run", "--unit", "lab-traffic", "-p", "EnvironmentFile=/etc/sglang/sglang.env", "python3",
+           "/opt/engine-double/lab_traffic.py")
+    else:
+        on(host, "systemctl", "stop", "lab-traffic", check=False)
 
 
 def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fails(fleet):
     """A fleet run: lab-gpu-1 and -2 acceptable, lab-gpu-3 rejected (its candidate slowed). promote --fleet: the dry
-    run shows the plan (canary lab-gpu-1, then lab-gpu-2; lab-gpu-3 skipped, named); approved, lab-gpu-1 is promoted
-    and passes its bake; lab-gpu-2's promoted engine crashes after its third request (a fault of the double) - the
-    bake's smoke meets it, systemd restarts it, the bake fails, lab-gpu-2 is rolled back and proven; lab-gpu-3 is
-    never touched; lab-gpu-1 stays promoted, named with the command that rolls it back."""
+    run shows the plan (canary lab-gpu-1, then lab-gpu-2; lab-gpu-3 skipped, named); approved, with users' traffic on
+    both hosts, each batch's original is watched, then promoted and baked, its engine's series read from the lab's
+    real Prometheus. lab-gpu-1's promoted engine is as fast as its original: it passes. lab-gpu-2's promoted engine
+    is 4x slower (a fault of the double that only the P2P-enabled unit loads): its bake fails on its metrics (E2E
+    against its original's window), lab-gpu-2 is rolled back and proven; lab-gpu-3 is never touched; lab-gpu-1 stays
+    promoted, named with the command that rolls it back."""
     on("lab-gpu-2", "sh", "-c", f"echo speedup:0.5 > {FAULTS}")
     on("lab-gpu-3", "sh", "-c", f"echo slowdown:0.5 > {FAULTS}")
     evidence = tempfile.mkdtemp(prefix="fleet-promotion-")
@@ -169,7 +192,7 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
     assert ran.returncode == 1, ran.stdout[-4000:] + ran.stderr[-2000:]  # lab-gpu-3 not acceptable
     run_id = json.loads(next(Path(evidence, "runner").glob("candidate-*/result.json")).read_text())["run_id"]
     originals = {host: identity(host)[1] for host in HOSTS}
-    crash = "/etc/engine-double/faults/sglang.service"
+    slower = "/etc/engine-double/faults/sglang.service+p2p"  # the promoted unit allows P2P; its original does not
     try:
         dry = cli("promote", run_id, "--fleet", "--dry-run", "--evidence", evidence, *PROMOTE_FLEET)
         assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-2000:]
@@ -177,16 +200,18 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         assert lines[1:3] == ["  batch 1 (canary): lab-gpu-1; then a 20 s bake",
                               "  batch 2 (batch): lab-gpu-2; then a 20 s bake"], lines
         assert lines[3] == "  skipped lab-gpu-3: its run's verdict is reject, which does not allow promotion", lines
+        assert lines[4].startswith("  bake's metric rule: min_effect 50%"), lines
         plan_id = re.search(r"--approve (\w+)", lines[-1]).group(1)
         assert identity("lab-gpu-1")[1] == originals["lab-gpu-1"]  # the dry run changed nothing
-        on("lab-gpu-2", "sh", "-c", f"echo crash_after:3 > {crash}")  # loaded when the promotion restarts the unit
+        on("lab-gpu-2", "sh", "-c", f"echo slowdown:3 > '{slower}'")
+        for host in ("lab-gpu-1", "lab-gpu-2"):
+            traffic(host)
         promoted = cli("promote", run_id, "--fleet", "--approve", plan_id, "--evidence", evidence, *PROMOTE_FLEET)
         out = promoted.stdout
         assert promoted.returncode == 2, out[-4000:] + promoted.stderr[-2000:]
         assert "lab-gpu-1: passed" in out and "lab-gpu-3: skipped (its run's verdict is reject" in out, out
-        # the bake meets the crash as systemd does (auto-restart, or a restart counted) and as the journal says it
-        assert re.search(r"^lab-gpu-2: rolled back \(bake failed: the unit (left active|restarted).*injected fault: "
-                         r"crash_after:3", out, re.M), out
+        assert re.search(r"^lab-gpu-2: rolled back \(bake failed: .*E2E p50 [\d.]+ -> [\d.]+ s \(\+\d+\.\d%\).* worse "
+                         r"by at least 50%", out, re.M), out
         assert "to roll them back too: bin/serving-rollout rollback -i inventory/lab-fleet -e rollout_hosts=lab-gpu-1" \
             in out
         assert "Environment=NCCL_P2P_DISABLE=0" in on("lab-gpu-1", "cat", "/etc/systemd/system/sglang.service").stdout
@@ -195,17 +220,84 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         state = json.loads(Path(evidence, f"fleet-promotion-{run_id}", "state.json").read_text())
         assert {h: s["state"] for h, s in state["hosts"].items()} == {
             "lab-gpu-1": "passed", "lab-gpu-2": "rolled back", "lab-gpu-3": "skipped"}
-        bake = json.loads(next(Path(evidence, "lab-gpu-2").glob("bake-*/bake.json")).read_text())["bake"]
-        assert bake["verdict"] == "fail" and bake["journal"]["crashed"], bake
+        canary = state["hosts"]["lab-gpu-1"]["metrics"]
+        assert canary["verdict"] == "pass" and canary["source"] == "http://127.0.0.1:9391", canary
+        assert canary["shown"]["requests"][0] >= 10 and canary["shown"]["requests"][1] >= 10, canary
+        bakes = [json.loads(p.read_text()) for p in Path(evidence, "lab-gpu-2").glob("bake-*/bake.json")]
+        assert sorted(b["phase"] for b in bakes) == ["original", "promoted"] and all(
+            b["bake"]["verdict"] == "pass" for b in bakes)  # healthy to systemd and the journal: only metrics tell
         files = json.loads(next(Path(evidence, "lab-gpu-2").glob("rollout-*/recipes.json")).read_text())
         assert restored_problems(testinfra.get_host(f"podman://{HOSTS['lab-gpu-2']}"), "sglang.service",
                                  files["original_files"]) == []
     finally:
-        on("lab-gpu-2", "rm", "-f", crash, check=False)
-        on("lab-gpu-2", "systemctl", "restart", "sglang.service", check=False)  # the crash fault's process gone
+        for host in ("lab-gpu-1", "lab-gpu-2"):
+            traffic(host, start=False)
+        on("lab-gpu-2", "rm", "-f", slower, check=False)
         back = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence, "-e",
                    '{"rollout_hosts": "lab-gpu-1"}')
         for host in ("lab-gpu-2", "lab-gpu-3"):
             on(host, "sh", "-c", f"echo speedup:0.5 > {FAULTS}")
     assert back.returncode == 0, back.stdout[-3000:]
     assert identity("lab-gpu-1")[1] == originals["lab-gpu-1"]
+
+
+PROMETHEUS = "http://127.0.0.1:9391"  # inventory/lab-fleet's rollout_prometheus_url
+
+
+def scraped_after(host, moment):
+    """Wait until the lab's Prometheus holds a sample of the host's engine taken after `moment` (polled: it scrapes
+    each second), then read the engine's /metrics directly: both now see the same counters."""
+    query = f'max(timestamp(sglang:e2e_request_latency_seconds_count{{host="{host}"}}))'
+    for _ in range(240):
+        body = json.loads(urllib.request.urlopen(f"{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": query}), timeout=10).read())
+        if body["data"]["result"] and float(body["data"]["result"][0]["value"][1]) > moment:
+            break
+        time.sleep(0.25)
+    else:
+        raise AssertionError(f"Prometheus took no sample of {host} after {moment} in 60 s")
+    address = on(host, "hostname", "-I").stdout.split()[0]
+    return engine_metrics.bake_reading("sglang", f"http://{address}:9400")
+
+
+def test_prometheus_and_the_engines_own_metrics_give_the_same_window(fleet):
+    """The same window read both ways (quiet at both ends, so both see the same counters): the engine's /metrics as a
+    bake without a Prometheus reads it, and PromQL at the same two moments, as a bake with one does."""
+    start = scraped_after("lab-gpu-1", time.time())
+    address = on("lab-gpu-1", "hostname", "-I").stdout.split()[0]
+    for n in range(25):  # users' requests of mixed lengths through the host's metrics proxy (it forwards any)
+        body = json.dumps({"model": "m", "max_tokens": 16 + 4 * n,
+                           "messages": [{"role": "user", "content": "w " * 99}]})
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://{address}:9400/v1/chat/completions", data=body.encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {LAB_SECRETS[0].decode()}"}),
+            timeout=60).read()
+    end = scraped_after("lab-gpu-1", time.time())
+    scraped = bake_metrics.window(start, end)
+    asked = bake_metrics.window(*[bake_metrics.prometheus_reading(PROMETHEUS, "sglang", {"host": "lab-gpu-1"}, r["at"])
+                                  for r in (start, end)])
+    assert scraped["ok"] and scraped["latency_requests"] == 25 and scraped["requests"] == 25, scraped
+    assert asked == scraped
+
+
+def test_a_prometheus_stopped_mid_bake_fails_the_bake_naming_it(fleet, tmp_path):
+    """bake.yml watches lab-gpu-1's unit while the lab's Prometheus is stopped: the unit is healthy, the window
+    cannot be read, and the fleet promotion's comparison fails it, naming Prometheus and why - never a pass."""
+    options = {"rollout_hosts": "lab-gpu-1", "rollout_bake_s": 6, "rollout_bake_interval_s": 1,
+               "rollout_bake_phase": "original", "rollout_evidence_dir": str(tmp_path)}
+    bake = subprocess.Popen(["ansible-playbook", "-i", "inventory/lab-fleet", "playbooks/bake.yml", "-e",
+                             json.dumps(options)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    pid = REPO / "lab" / ".prometheus" / "pid"
+    try:
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+        out, _ = bake.communicate(timeout=300)
+        assert bake.returncode == 0, out[-3000:]  # the unit itself is healthy: systemd and the journal say so
+        record = json.loads(next(tmp_path.glob("lab-gpu-1/bake-*/bake.json")).read_text())
+        window = fleet_promotion.window_of(record)
+        assert not window["ok"] and window["error"].startswith(f"Prometheus at {PROMETHEUS} did not answer "), window
+        judged = bake_metrics.judge(window, window, {})
+        assert judged["verdict"] == "fail" and judged["reasons"][0].startswith(
+            f"the window before the promotion cannot be read: Prometheus at {PROMETHEUS} did not answer"), judged
+    finally:
+        subprocess.run([REPO / "lab" / "prometheus-up.sh"], check=True, capture_output=True)

@@ -81,3 +81,19 @@ def test_a_unit_not_active_at_the_start_fails_without_a_sample(reading, reason):
 def test_systemd_that_cannot_be_asked_is_a_failure_never_a_pass():
     with pytest.raises(ModuleFailure, match="systemctl show sglang.service failed \\(exit 1\\): Failed to connect"):
         bake.watch(lambda argv: (1, "", "Failed to connect to bus"), smokes("pass"), P)
+
+
+def test_the_window_keeps_its_two_moments_and_the_engines_readings_there_when_asked():
+    clock, reads = Clock(), []
+
+    def metrics():
+        reads.append(clock())
+        return {"at": 1000.0 + clock(), "ok": True, "series": {"requests": float(len(reads))}}
+
+    result = bake.watch(Host([show()]), smokes("pass"), P, clock=clock, sleep=clock.sleep, metrics=metrics)
+    assert reads == [0.0, 30.0]  # at the window's start and at its end, before the journal is read
+    assert result["window"] == {"start": 1000.0, "end": 1030.0}
+    assert result["metrics"]["end"]["series"] == {"requests": 2.0}
+    other = Clock()
+    plain = bake.watch(Host([show()]), smokes("pass"), P, clock=other, sleep=other.sleep, wall=lambda: 5.0)
+    assert plain["window"] == {"start": 5.0, "end": 5.0} and plain["metrics"] is None

@@ -19,7 +19,8 @@ from serving_rollout import plan as plan_executor
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PROGRAMS = r"(?:bin/[a-z-]+|\.venv/bin/[a-z0-9-]+|ansible-playbook|ansible-doc|serving-rollout)"
-FENCED = re.compile(r"```(?:sh|bash|shell|console)?\n(.*?)```", re.S)
+FENCED = re.compile(r"```(\w*)\n(.*?)```", re.S)  # every block (its language, its text): a shell block holds commands
+SHELL = ("", "sh", "bash", "shell", "console")
 INLINE = re.compile(rf"`({PROGRAMS}(?: [^`]*)?)`")
 RUN_DIR = REPO / "tests" / "fixtures" / "h200x2-gpu-ab" / "rollout-20261130T093248Z"
 # What each placeholder of the docs stands for here.
@@ -37,7 +38,9 @@ def commands():
     found = []
     for doc in DOCS:
         text = doc.read_text()
-        for block in FENCED.findall(text):
+        for language, block in FENCED.findall(text):
+            if language not in SHELL:
+                continue
             joined = re.sub(r"\\\n\s*", " ", block)
             for line in joined.splitlines():
                 line = re.sub(r"\s+#.*$", "", line).strip()
