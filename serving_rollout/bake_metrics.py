@@ -8,8 +8,8 @@ for the same series at the same moments (`prometheus_reading`, PromQL over the e
 the host's labels). A window is the difference of two readings; its quantiles are PromQL's histogram_quantile's.
 
 The judgement (`judge`), per latency metric of the run's rule: a regression is a one-sided Mann-Whitney test of the
-two windows' binned requests (ties within a bucket) significant at alpha, and the median or p90 worse by at least
-min_effect; the error rate may rise by at most max_error_rate_rise. A window that cannot be read (Prometheus
+two windows' binned requests (ties within a bucket) significant at alpha split over the metrics judged, and the
+median or p90 worse by at least min_effect; the error rate may rise by at most max_error_rate_rise. A window that cannot be read (Prometheus
 unreachable, a series missing, a stale sample, a counter reset, too few requests) fails the bake, named: never a
 pass. Generation throughput and KV usage are shown beside it, not judged (they follow the traffic offered)."""
 
@@ -219,8 +219,9 @@ def judge(pre, post, rule):
     problem = _readable(pre, post, rule)
     if problem:
         return {"verdict": "fail", "reasons": [problem], "metrics": [], "shown": {}}
-    metrics = [_latency(RULE_METRICS[m], pre, post, rule) for m in rule.get("metrics", RULE_METRICS)
-               if m in RULE_METRICS]
+    judged = [RULE_METRICS[m] for m in rule.get("metrics", RULE_METRICS) if m in RULE_METRICS]
+    # alpha split over the metrics judged (Bonferroni): the bake's false failure stays within alpha as a whole
+    metrics = [_latency(m, pre, post, {**rule, "alpha": rule["alpha"] / len(judged)}) for m in judged]
     reasons = [f"{m['text']}: worse by at least {rule['min_effect']:.0%}" for m in metrics if m["verdict"] == "worse"]
     rates = (pre.get("error_rate"), post.get("error_rate"))
     if rates[1] is not None and rates[1] - (rates[0] or 0.0) > rule["max_error_rate_rise"]:
