@@ -11,7 +11,8 @@ The judgement (`judge`), per latency metric of the run's rule: a regression is a
 two windows' binned requests (ties within a bucket) significant at alpha split over the metrics judged, and the
 median or p90 worse by at least min_effect; the error rate may rise by at most max_error_rate_rise. A window that
 cannot be read (Prometheus unreachable, a series missing, a stale sample, a counter reset, too few requests) fails
-the bake, named: never a pass. Generation throughput and KV usage are shown beside it, not judged (they follow the traffic offered)."""
+the bake, named: never a pass. Generation throughput and KV usage are shown beside it, not judged (they follow the
+traffic offered)."""
 
 import json
 import math
