@@ -391,8 +391,10 @@ def status(evidence):
         latest[run["host"]] = run  # index order is finishing order
     hosts = {path.name: host_story(path) for path in sorted(Path(evidence).glob("*/"))
              if path.is_dir() and not path.name.startswith(("fleet-", "plan-", "runner"))}
+    promotions = sorted(Path(evidence).glob("fleet-promotion-*/state.json"), key=lambda p: p.stat().st_mtime)
     return {"latest_per_host": latest, "fleets": index.get("fleets", [])[-5:],
-            "hosts": {host: story for host, story in hosts.items() if story}}
+            "hosts": {host: story for host, story in hosts.items() if story},
+            "fleet_promotions": [json.loads(p.read_text()) for p in promotions[-5:]]}
 
 
 def on_the_hosts(inventory, evidence):
@@ -452,6 +454,10 @@ def status_table(found):
         hosts = ", ".join(f"{host} {outcome}" for host, outcome in sorted((fleet_run.get("hosts") or {}).items()))
         stopped = f"; stopped at {fleet_run['stopped_at']}" if fleet_run.get("stopped_at") else ""
         lines.append(f"fleet {fleet_run.get('run_id')}: {hosts}{stopped}")
+    for promotion in found.get("fleet_promotions", []):  # saved after every step: a running one shows where it is
+        hosts = ", ".join(f"{host} {h['state']}" for host, h in promotion["hosts"].items())
+        lines.append(f"fleet promotion of run {promotion['run_id']} (plan {promotion['plan_id']}, "
+                     f"{promotion['ended']}): {hosts}")
     return "\n".join(lines)
 
 

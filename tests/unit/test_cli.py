@@ -283,3 +283,17 @@ def test_a_fleet_promotion_needs_its_dry_run_or_the_plan_id_and_one_run_a_bare_a
         assert said in capsys.readouterr().err, argv
     assert cli.main(["promote", "R1", "--fleet", "--dry-run", "-i", str(tmp_path), "--evidence", str(tmp_path)]) == 3
     assert "refused before any change: no fleet run R1" in capsys.readouterr().err
+
+
+def test_status_shows_a_fleet_promotion_per_host_while_it_runs(capsys, tmp_path):
+    from serving_rollout import fleet_promotion
+
+    fleet_promotion.save(tmp_path / "fleet-promotion-R1", {  # as run() saves it after each step
+        "schema": fleet_promotion.SCHEMA, "run_id": "R1", "plan_id": "abc123", "ended": "running",
+        "hosts": {"gpu-1": {"state": "passed", "batch": 1}, "gpu-2": {"state": "baking", "batch": 2},
+                  "gpu-3": {"state": "planned", "batch": 3}, "gpu-4": {"state": "skipped", "why": "no run"}}})
+    assert cli.main(["status", "--evidence", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "fleet promotion of run R1 (plan abc123, running): gpu-1 passed, gpu-2 baking, gpu-3 planned, gpu-4 skipped")
+    assert cli.main(["status", "--evidence", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet_promotions"][0]["hosts"]["gpu-2"]["state"] == "baking"
