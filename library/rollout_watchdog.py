@@ -57,6 +57,15 @@ options:
     type: list
     elements: dict
     default: []
+  promotion:
+    description:
+      - "The watchdog covers a promotion (C(candidate_unit) is then the serving unit itself): when the lease runs
+        out it stops the promoted unit, puts the previous original's files back from the snapshot's verified copies
+        (C(snapshot_files) with copy, mode, uid and gid; each checked by sha256), reloads systemd, removes the
+        promotion's record and starts the previous original. A copy that does not match is never put back: the
+        record and the lock then stay, for rollback.yml."
+    type: bool
+    default: false
 author: serving-rollout
 """
 
@@ -134,7 +143,8 @@ def main():
         "run_id": {"type": "str"},
         "lock_path": {"type": "path"},
         "stop_timeout_s": {"type": "float", "default": 180},
-        "snapshot_files": {"type": "list", "elements": "dict", "default": []}},
+        "snapshot_files": {"type": "list", "elements": "dict", "default": []},
+        "promotion": {"type": "bool", "default": False}},
         required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "lock_path"])],
         supports_check_mode=True)
     p = module.params
@@ -155,7 +165,7 @@ def main():
     if module.check_mode:
         module.exit_json(changed=True, script=path, **result)
     cfg = watchdog.config(p["unit"], p["candidate_unit"], p["state_dir"], p["run_id"], p["lock_path"],
-                          p["stop_timeout_s"], p["snapshot_files"])
+                          p["stop_timeout_s"], p["snapshot_files"], p["promotion"])
     try:
         write_atomic(path, watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)]), 0o700)
         write_atomic(settings, json.dumps(cfg, indent=2, sort_keys=True) + "\n", 0o600)

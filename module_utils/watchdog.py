@@ -1,6 +1,10 @@
 """The host-side watchdog: a Python script a transient unit runs from the moment a run stops the original
 until the original is proven serving again.
 
+A promotion arms it too (`promotion` in its config): if the controller dies while the promoted unit replaces
+the original, it puts the previous original's files back from the snapshot, as rollback.yml undoes a promotion
+(restore_promotion): the host is left promoted or restored, never half.
+
 It follows the LOCK, not one run: while the lock exists and its lease (the file beside it: content the
 seconds it holds, mtime the renewal) is renewed, someone alive holds the duty for the host - the run, or a
 rollback that took the lock over and renewed the lease at once (rollout_lock steal). When the lock or its
@@ -90,11 +94,13 @@ class LeaseKeeper:
         self.thread.join()
 
 
-def config(unit, candidate_unit, state_dir, run_id, lock_path, stop_timeout_s, snapshot_files):
-    """The watchdog's settings (JSON beside the script): the files are the snapshot's paths and sha256."""
+def config(unit, candidate_unit, state_dir, run_id, lock_path, stop_timeout_s, snapshot_files, promotion=False):
+    """The watchdog's settings (JSON beside the script): the files are the snapshot's paths and sha256 (and, for a
+    promotion, where its verified copy is, its mode and owner: what it puts back)."""
+    keep = ("path", "sha256", "copy", "mode", "uid", "gid") if promotion else ("path", "sha256")
     return {"unit": unit, "candidate_unit": candidate_unit, "state_dir": state_dir, "run_id": run_id,
-            "lock_path": lock_path, "stop_timeout_s": float(stop_timeout_s),
-            "files": [{"path": f["path"], "sha256": f["sha256"]} for f in snapshot_files or []]}
+            "lock_path": lock_path, "stop_timeout_s": float(stop_timeout_s), "promotion": bool(promotion),
+            "files": [{k: f[k] for k in keep if k in f} for f in snapshot_files or []]}
 
 
 def lease_left(lock_path, now):
@@ -136,11 +142,9 @@ def write_json(path, document):
     os.replace(tmp, path)
 
 
-def restore(cfg, run, say):
-    """Put the original back as a restore does; returns the record (every step tried, failures kept)."""
-    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "failures": []}
-
+def stepper(record, say):
+    """step(name, fn): fn run, its problem (a returned text or an OSError) kept in the record and said; never
+    raised, so every later step is still tried."""
     def step(name, fn):
         try:
             problem = fn()
@@ -149,7 +153,73 @@ def restore(cfg, run, say):
         if problem:
             record["failures"].append(f"{name}: {problem}")
             say(f"FAILED {name}: {problem}")
+    return step
 
+
+def put_back_files(files):
+    """The previous original's files from the snapshot's verified copies, each copy checked against the manifest
+    before and the file after; None, or what failed."""
+    problems = []
+    for entry in files:
+        if sha256_of(entry.get("copy", "")) != entry["sha256"]:
+            problems.append(f"{entry['path']}: its snapshot copy {entry.get('copy')} does not match the manifest; "
+                            "not put back")
+            continue
+        tmp = f"{entry['path']}.watchdog.tmp"
+        shutil.copyfile(entry["copy"], tmp)
+        os.chmod(tmp, int(str(entry.get("mode", "0644")), 8))
+        os.chown(tmp, int(entry.get("uid", 0)), int(entry.get("gid", 0)))
+        os.replace(tmp, entry["path"])
+        if sha256_of(entry["path"]) != entry["sha256"]:
+            problems.append(f"{entry['path']}: differs from the snapshot after it was put back")
+    return "; ".join(problems) or None
+
+
+def restore_promotion(cfg, run, say):
+    """Put the previous original back after a promotion whose controller died: the promoted unit stopped, the
+    snapshot's files put back and checked, systemd reloaded, the promotion's record removed, the original started
+    and the phase restored recorded - as rollback.yml undoes a promotion; every step tried, failures kept."""
+    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "failures": [], "undid_promotion": True}
+    step = stepper(record, say)
+    stopped = stop(cfg["unit"], cfg["stop_timeout_s"], run)
+    record["promoted_stop"] = stopped["how"]
+    if not stopped["stopped"]:
+        record["failures"].append(f"stop {cfg['unit']}: {stopped['how']}")
+    step("put the previous original's files back", lambda: put_back_files(cfg["files"]))
+    put_back_failed = bool(record["failures"])
+
+    def reload():
+        rc, _, err = run(["systemctl", "daemon-reload"])
+        return None if rc == 0 else f"daemon-reload rc {rc}: {err.strip()}"
+
+    def forget_promotion():
+        promoted = os.path.join(cfg["state_dir"], cfg["unit"], "promoted.json")
+        if os.path.lexists(promoted):
+            os.unlink(promoted)
+
+    def start():
+        rc, out, err = run(["systemctl", "start", "--", cfg["unit"]])
+        return None if rc == 0 else f"rc {rc}: {(err or out).strip()}"
+
+    step("reload systemd", reload)
+    if not put_back_failed:  # else the record stays: the host still runs the promotion, and rollback.yml says so
+        step("remove the promotion record", forget_promotion)
+    step(f"start {cfg['unit']}", start)
+    step("record the phase restored", lambda: write_json(
+        os.path.join(cfg["state_dir"], cfg["unit"], "state.json"),
+        {"unit": cfg["unit"], "candidate": cfg["candidate_unit"], "phase": "restored"}))
+    record["original"] = run(["systemctl", "show", "-p", "ActiveState", "--value", "--", cfg["unit"]])[1].strip()
+    return record
+
+
+def restore(cfg, run, say):
+    """Put the original back as a restore does; returns the record (every step tried, failures kept)."""
+    if cfg.get("promotion"):
+        return restore_promotion(cfg, run, say)
+    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "failures": []}
+    step = stepper(record, say)
     stopped = stop(cfg["candidate_unit"], cfg["stop_timeout_s"], run)
     record["candidate_stop"] = stopped["how"]
     say(f"stop {cfg['candidate_unit']}: {stopped['how']}")
@@ -209,7 +279,7 @@ def watch(cfg, run=run_command, clock=time.time, sleep=time.sleep, say=print):
         write_json(os.path.join(cfg["state_dir"], cfg["unit"], f"watchdog-{name}.json"), record)
     except OSError as exc:
         say(f"FAILED to write the watchdog's record: {exc}")
-    if record["original"] == "active":
+    if record["original"] == "active" and not (cfg.get("promotion") and record["failures"]):
         remove_lock(cfg["lock_path"])  # the duty ends once the original serves; else the lock names what happened
     say(f"{'restored' if not record['failures'] else 'NOT restored'}: {cfg['unit']} {record['original']}"
         f"{'; ' + '; '.join(record['failures']) if record['failures'] else ''}; prove it with rollback.yml")

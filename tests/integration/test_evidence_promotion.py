@@ -4,12 +4,14 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook, start_lab_playbook
 from prose import prose_problems
 
 from serving_rollout.module_utils.host_files import proc_stat
@@ -357,3 +359,48 @@ def test_promotion_of_a_run_that_measured_another_original_is_refused_naming_the
                         "systemctl restart sglang.service", stdin=original)
         back = run_playbook("renew.yml", inventory="inventory/lab", local=False)
     assert back.returncode == 0, back.stdout[-3000:]
+
+
+def wait_until(condition, timeout, what):
+    """Polled each second (each look is a podman exec): a cap, never a margin the test's result depends on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_a_promotion_whose_controller_dies_mid_way_is_undone_by_the_hosts_watchdog(good_run):
+    """promote.yml killed (SIGKILL, as a lost controller) while the promoted engine is starting - the promoted unit
+    written over the original's path, its record on the host, the engine held not ready by a fault of the double
+    (only the P2P-enabled promoted unit loads it). Nobody is left to rescue it: when the lease runs out, the host's
+    watchdog puts the previous original back from the snapshot, removes the promotion's record, starts the original
+    and releases the lock. The host is restored, never half; rollback.yml then proves it."""
+    evidence, run = good_run
+    run_id = run.name.removeprefix("rollout-")
+    original = unit_text()
+    hold, fault = "/tmp/hold-promoted-engine", "/etc/engine-double/faults/sglang.service+p2p"
+    lab("sh", "-c", f"mkdir -p /etc/engine-double/faults && touch {hold} && echo ready_after_removed:{hold} > {fault}")
+    # the lease: the stop's 10 s, the promoted engine's 15 s to become ready, and 1 s more
+    proc = start_lab_playbook("promote.yml", {
+        "promotion_evidence_dir": str(evidence), "promotion_run_id": run_id, "promotion_approved_run_id": run_id,
+        "promotion_ready_timeout_s": 15, "rollout_stop_timeout_s": 10, "rollout_lease_s": 1})
+    try:
+        wait_until(lambda: "Promoted by serving-rollout" in unit_text() and lab(
+            "systemctl", "is-active", "sglang.service", check=False).stdout.strip() in ("active", "activating"),
+            120, "the promoted unit written and started")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        wait_until(lambda: lab("test", "-e", LOCK, check=False).returncode == 1, 180,
+                   "the watchdog to restore and release the lock")
+    finally:
+        lab("rm", "-f", hold, fault)
+    assert unit_text() == original
+    assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
+    record = json.loads(lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-promotion-*.json"
+                            ).stdout)
+    assert record["undid_promotion"] and record["failures"] == [] and record["original"] == "active", record
+    proof = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
+    assert proof.returncode == 0, proof.stdout[-3000:]
+    assert unit_text() == original

@@ -57,14 +57,14 @@ def lease(lock, seconds, age):
     os.utime(path, (then, then))
 
 
-def run_script(host, run_id="20261203T190000Z-ab12", stop_timeout_s=5):
+def run_script(host, run_id="20261203T190000Z-ab12", stop_timeout_s=5, promotion=False):
     """The watchdog as rollout_watchdog writes and starts it (the script and its JSON settings)."""
     folder = host["state"] / UNIT
     script = folder / "watchdog.py"
     script.write_text(watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)]))
     settings = folder / "watchdog.json"
-    settings.write_text(json.dumps(watchdog.config(UNIT, CANDIDATE, str(host["state"]), run_id, str(host["lock"]),
-                                                   stop_timeout_s, host["files"])))
+    settings.write_text(json.dumps(watchdog.config(UNIT, UNIT if promotion else CANDIDATE, str(host["state"]), run_id,
+                                                   str(host["lock"]), stop_timeout_s, host["files"], promotion)))
     return subprocess.run([sys.executable, str(script), str(settings)], env=host["env"], capture_output=True,
                           text=True, timeout=120)
 
@@ -184,3 +184,45 @@ def test_the_lease_is_kept_while_a_long_step_runs_and_only_while_the_lock_is_thi
             time.sleep(0.05)
     assert keeper.problem.startswith(f"cannot renew the lease {blocked}.lease: ")
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def promoted(host, copy_text="[Service]\nExecStart=/bin/true\n"):
+    """The host mid-promotion: the promoted unit written over the original's path and running, the snapshot's verified
+    copy of the previous original beside it, the promotion's record written."""
+    copy = host["state"] / UNIT / "files" / "0"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(copy_text)
+    host["original"].write_text("# Promoted by serving-rollout\n[Service]\nExecStart=/bin/true --p2p\n")
+    (host["units"] / UNIT).write_text("active\n")
+    (host["state"] / UNIT / "promoted.json").write_text(json.dumps({"run_id": "R1"}))
+    info = host["original"].stat()
+    host["files"] = [{**host["files"][0], "copy": str(copy), "mode": "0640", "uid": info.st_uid, "gid": info.st_gid}]
+    host["lock"].write_text(json.dumps({"token": "tok1", "run_id": "promotion-R1"}))
+    lease(host["lock"], 5, age=100)
+
+
+def test_a_promotion_whose_controller_died_is_undone_the_previous_original_put_back_from_the_snapshot(host):
+    before = host["files"][0]["sha256"]
+    promoted(host)
+    done = run_script(host, promotion=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = calls(host)
+    assert said[1] == f"stop --no-block -- {UNIT}"  # the promoted engine first
+    assert said.index("daemon-reload") < said.index(f"start -- {UNIT}")  # its files back before it starts
+    assert hashlib.sha256(host["original"].read_bytes()).hexdigest() == before
+    assert oct(host["original"].stat().st_mode & 0o777) == "0o640"
+    assert not (host["state"] / UNIT / "promoted.json").exists() and not host["lock"].exists()
+    record = json.loads((host["state"] / UNIT / "watchdog-20261203T190000Z-ab12.json").read_text())
+    assert record["undid_promotion"] and record["failures"] == [] and record["original"] == "active"
+
+
+def test_a_snapshot_copy_that_does_not_match_is_never_put_back_and_the_lock_names_what_happened(host):
+    promoted(host, copy_text="[Service]\nExecStart=/bin/false\n")  # the copy was changed after the manifest
+    done = run_script(host, promotion=True)
+    assert done.returncode == 1
+    assert "Promoted by serving-rollout" in host["original"].read_text()  # nothing written over it
+    assert (host["state"] / UNIT / "promoted.json").exists() and host["lock"].exists()  # rollback.yml's to finish
+    record = json.loads((host["state"] / UNIT / "watchdog-20261203T190000Z-ab12.json").read_text())
+    assert record["failures"][0].startswith(f"put the previous original's files back: {host['original']}: its "
+                                            "snapshot copy ") and "does not match the manifest; not put back" in \
+        record["failures"][0]
