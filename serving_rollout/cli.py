@@ -276,7 +276,7 @@ def fleet_promotion_command(args, extravars):
             for host, answer in answers.items():
                 record = Path(args.evidence) / host / f"bake-{result['run_id']}" / "bake.json"
                 if record.is_file():
-                    answer["record"] = json.loads(record.read_text())
+                    answer["record"], answer["record_path"] = json.loads(record.read_text()), str(record)
             return answers
 
         state = fleet_promotion.run(

@@ -6,7 +6,10 @@ and skipped. One human approval covers the plan as shown by --dry-run: the appro
 
 Outside a play: the plan comes from the evidence folder, the steps run through callbacks (bin/serving-rollout's
 ansible-runner), each taking a list of hosts and answering {host: {"outcome": ok|refused|failed, "why": ...}}.
-The state is kept in <evidence>/fleet-promotion-<run id>/ (state.json, report.md) after every step."""
+The state is kept in <evidence>/fleet-promotion-<run id>/ (state.json, report.md) after every step. The same approval
+run again after its controller was lost resumes that state: batches that passed stay, a batch left promoting or
+baking goes on from its promotion against the originals' windows it kept (the host's watchdog has meanwhile left
+each host promoted or restored), one not yet begun starts from its originals' watch."""
 
 import hashlib
 import json
@@ -149,6 +152,10 @@ def _judge_metrics(state, hosts, pre, post, plan, evidence, read):
     for host in hosts:
         if state["hosts"][host]["state"] != "passed":
             continue
+        if host not in pre:
+            state["hosts"][host].update(state="bake failed", why="bake failed: the original's window was not kept, "
+                                        "so the promoted one cannot be compared")
+            continue
         rule = {**plan["bake_rule"], "metrics": rule_metrics(evidence, host, plan["run_id"])}
         result = compare(pre[host]["record"], post[host]["record"], rule, read)
         state["hosts"][host]["metrics"] = {k: result[k] for k in ("verdict", "reasons", "shown")} | {
@@ -165,21 +172,51 @@ def _roll_back(state, baking, rollback, say, n):
         state["hosts"][host]["why"] = "; ".join(w for w in (causes[host], state["hosts"][host].get("why")) if w)
 
 
-def _batch(state, plan, n, batch, steps, evidence, say):
-    """One batch: its originals watched, promoted, baked and judged; rolled back when any failed. True: it passed."""
-    promote, bake, rollback, read = steps
+def _watch_originals(state, plan, n, batch, bake, save_state, say):
+    """The batch's originals watched for the bake's window: {host: answer with its record}, or None when one failed
+    its watch (each host's state then says so; nothing was promoted)."""
     say(f"fleet promotion: batch {n} of {len(plan['batches'])}: watching the originals of {', '.join(batch)} for "
         f"{plan['bake_s']:g} s")
+    for host in batch:
+        state["hosts"][host]["state"] = "watching its original"
+    save_state()
     pre = bake(batch, "original")
     unwell = {h: a.get("why") for h, a in pre.items() if a.get("outcome") != "ok" or not a.get("record")}
     if unwell or set(pre) != set(batch):
         for host in batch:
             state["hosts"][host].update(state="not promoted: its original failed its watch" if host in unwell
                                         else "not started", why=unwell.get(host))
+        return None
+    for host in batch:  # kept before anything changes: a resumed promotion judges against this window
+        state["hosts"][host]["original_window"] = pre[host].get("record_path")
+    return pre
+
+
+def _stored_windows(state, batch):
+    """The originals' windows an interrupted batch kept (resume): {host: {"record": its bake.json}}."""
+    return {h: {"record": json.loads(Path(state["hosts"][h]["original_window"]).read_text())} for h in batch
+            if state["hosts"][h].get("original_window")}
+
+
+def _batch(state, plan, n, batch, steps, evidence, say):
+    """One batch: its originals watched, promoted, baked and judged; rolled back when any failed. True: it passed.
+    A batch an interrupted promotion left promoting or baking goes on from its promotion, against the originals'
+    windows it kept (promote.yml finds a finished promotion in place and changes nothing)."""
+    promote, bake, rollback, read = steps
+
+    def save_state():
+        save(Path(evidence) / f"fleet-promotion-{plan['run_id']}", state)
+
+    begun = any(state["hosts"][h]["state"] in ("promoting", "baking") for h in batch)
+    pre = _stored_windows(state, batch) if begun else _watch_originals(state, plan, n, batch, bake, save_state, say)
+    if pre is None:
         return False
-    say(f"fleet promotion: batch {n}: promoting {', '.join(batch)}")
+    say(f"fleet promotion: batch {n}: {'promoting again (resumed)' if begun else 'promoting'} {', '.join(batch)}")
+    for host in batch:
+        state["hosts"][host]["state"] = "promoting"
+    save_state()
     mark(state, batch, promote(batch), "baking", "promotion failed, restored")
-    save(Path(evidence) / f"fleet-promotion-{plan['run_id']}", state)
+    save_state()
     baking = [h for h in batch if state["hosts"][h]["state"] == "baking"]
     if baking:
         say(f"fleet promotion: batch {n}: baking {', '.join(baking)} for {plan['bake_s']:g} s")
@@ -190,6 +227,15 @@ def _batch(state, plan, n, batch, steps, evidence, say):
     if failed and baking:  # the hosts this batch promoted: each gets its previous original back
         _roll_back(state, baking, rollback, say, n)
     return not failed
+
+
+def _interrupted(folder, plan):
+    """The state an interrupted promotion of this very plan left (its controller lost), else None."""
+    path = folder / "state.json"
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text())
+    return state if state.get("plan_id") == plan["plan_id"] and state.get("ended") == "running" else None
 
 
 def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_metrics.prometheus_reading):
@@ -203,11 +249,18 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_
         raise PromotionError("no host of run " + plan["run_id"] + " can be promoted: " +
                              "; ".join(f"{h}: {why}" for h, why in sorted(plan["skipped"].items())))
     folder = Path(evidence) / f"fleet-promotion-{plan['run_id']}"
-    state = {"schema": SCHEMA, "run_id": plan["run_id"], "plan_id": plan["plan_id"], "ended": "running",
-             "hosts": {**{h: {"state": "planned", "batch": n} for n, b in enumerate(plan["batches"], 1) for h in b},
-                       **{h: {"state": "skipped", "why": why} for h, why in plan["skipped"].items()}}}
+    state = _interrupted(folder, plan)
+    if state:
+        say(f"fleet promotion: resuming plan {plan['plan_id']} where it stopped: " +
+            ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()))
+    else:
+        state = {"schema": SCHEMA, "run_id": plan["run_id"], "plan_id": plan["plan_id"], "ended": "running",
+                 "hosts": {**{h: {"state": "planned", "batch": n} for n, b in enumerate(plan["batches"], 1) for h in b},
+                           **{h: {"state": "skipped", "why": why} for h, why in plan["skipped"].items()}}}
     save(folder, state)
     for n, batch in enumerate(plan["batches"], 1):
+        if all(state["hosts"][h]["state"] == "passed" for h in batch):
+            continue  # baked and passed before the interruption
         passed = _batch(state, plan, n, batch, (promote, bake, rollback, read), evidence, say)
         save(folder, state)
         if not passed:

@@ -1,6 +1,7 @@
 """A fleet of three lab hosts through bin/serving-rollout (ansible-runner): canary, then batches,
 stopping at the first host that fails; a fleet-wide rollback."""
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import testinfra
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO
 from restored import restored_problems
 
-from serving_rollout import bake_metrics, fleet_promotion
+from serving_rollout import bake_metrics, fleet_promotion, holder
 from serving_rollout.module_utils import engine_metrics
 
 HOSTS = {"lab-gpu-1": LAB_HOST, "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
@@ -176,11 +177,38 @@ def traffic(host, start=True):
         on(host, "systemctl", "stop", "lab-traffic", check=False)
 
 
+def lose_the_controller_while_baking(approve, state_path):
+    """bin/serving-rollout's fleet promotion and every process under it (ansible-runner's ansible-playbook has its
+    own session) killed as a lost controller dies, once the canary's promoted unit is baking."""
+    proc = subprocess.Popen([REPO / "bin" / "serving-rollout", *approve], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(1200):  # polled (a local file): a cap, not a margin
+            state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+            if state.get("hosts", {}).get("lab-gpu-1", {}).get("state") == "baking":
+                break
+            assert proc.poll() is None, f"the promotion ended before its canary baked: {state}"
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the canary never baked within 600 s")
+    finally:
+        tree, found = [proc.pid], 0
+        while found < len(tree):
+            tree += holder.children(tree[found])
+            found += 1
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fails(fleet):
     """A fleet run: lab-gpu-1 and -2 acceptable, lab-gpu-3 rejected (its candidate slowed). promote --fleet: the dry
     run shows the plan (canary lab-gpu-1, then lab-gpu-2; lab-gpu-3 skipped, named); approved, with users' traffic on
     both hosts, each batch's original is watched, then promoted and baked, its engine's series read from the lab's
-    real Prometheus. lab-gpu-1's promoted engine is as fast as its original: it passes. lab-gpu-2's promoted engine
+    real Prometheus. The controller is lost while the canary bakes (every process killed); the same approval again
+    resumes there: the canary found promoted, baked again against its original's kept window. lab-gpu-1's promoted
+    engine is as fast as its original: it passes. lab-gpu-2's promoted engine
     is 4x slower (a fault of the double that only the P2P-enabled unit loads): its bake fails on its metrics (E2E
     against its original's window), lab-gpu-2 is rolled back and proven; lab-gpu-3 is never touched; lab-gpu-1 stays
     promoted, named with the command that rolls it back."""
@@ -206,8 +234,15 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         on("lab-gpu-2", "sh", "-c", f"echo slowdown:3 > '{slower}'")
         for host in ("lab-gpu-1", "lab-gpu-2"):
             traffic(host)
-        promoted = cli("promote", run_id, "--fleet", "--approve", plan_id, "--evidence", evidence, *PROMOTE_FLEET)
+        approve = ["promote", run_id, "--fleet", "--approve", plan_id, "--evidence", evidence, *PROMOTE_FLEET]
+        lose_the_controller_while_baking(approve, Path(evidence, f"fleet-promotion-{run_id}", "state.json"))
+        # lab-gpu-1's promotion had finished: promoted, its lock released (the host's watchdog had no duty left)
+        assert "Environment=NCCL_P2P_DISABLE=0" in on("lab-gpu-1", "cat", "/etc/systemd/system/sglang.service").stdout
+        assert on("lab-gpu-1", "test", "-e", "/var/lib/serving-rollout/sglang.service.lock", check=False).returncode
+        promoted = cli(*approve)  # the same approval again: the promotion resumes where it stopped
         out = promoted.stdout
+        assert "fleet promotion: resuming plan " in out and "lab-gpu-1 baking" in out, out[-3000:]
+        assert "batch 1: promoting again (resumed) lab-gpu-1" in out, out[-3000:]
         assert promoted.returncode == 2, out[-4000:] + promoted.stderr[-2000:]
         assert "lab-gpu-1: passed" in out and "lab-gpu-3: skipped (its run's verdict is reject" in out, out
         assert re.search(r"^lab-gpu-2: rolled back \(bake failed: .*E2E p50 [\d.]+ -> [\d.]+ s \(\+\d+\.\d%\).* worse "

@@ -78,10 +78,16 @@ class Steps:  # TEST DOUBLES of promote.yml, bake.yml and rollback.yml per host
     def bake(self, hosts, phase):
         self.calls.append(("bake" if phase == "promoted" else "watch", list(hosts)))
         answers = self.bake_answers if phase == "promoted" else {}
-        return {h: {**answers.get(h, {"outcome": "ok"}),
-                    "record": self.promoted.get(h, record()) if phase == "promoted" else record()} for h in hosts}
+        out = {}
+        for host in hosts:  # each record kept as bake.yml keeps it, in a file the state can name
+            kept = self.promoted.get(host, record()) if phase == "promoted" else record()
+            path = self.folder / f"{host}-{phase}-{len(self.calls)}.json"
+            path.write_text(json.dumps(kept))
+            out[host] = {**answers.get(host, {"outcome": "ok"}), "record": kept, "record_path": str(path)}
+        return out
 
     def run(self, plan, tmp_path, approved=None):
+        self.folder = tmp_path
         return fleet_promotion.run(plan, tmp_path, approved or plan["plan_id"], self.step("promote",
                                    self.promote_answers), self.bake, self.step("rollback", {}),
                                    say=lambda line: None)
@@ -122,7 +128,8 @@ def test_a_host_promote_refuses_is_left_unchanged_and_never_baked_or_rolled_back
     steps = Steps(promote={"b": {"outcome": "refused", "why": why}})
     state = steps.run(plan_of(tmp_path, monkeypatch), tmp_path)
     assert ("bake", ["c"]) in steps.calls and not any(name == "rollback" for name, _ in steps.calls)
-    assert state["hosts"]["b"] == {"state": "refused", "batch": 2, "why": why}
+    assert {k: v for k, v in state["hosts"]["b"].items() if k != "original_window"} == {
+        "state": "refused", "batch": 2, "why": why}
 
 
 def test_an_approval_of_another_plan_is_refused_before_any_step(tmp_path, monkeypatch):
@@ -167,3 +174,41 @@ def test_an_original_that_fails_its_watch_stops_the_promotion_before_its_batch_i
     assert ("promote", ["b", "c"]) not in steps.calls and state["ended"] == "stopped at batch 2"
     assert state["hosts"]["c"]["state"] == "not promoted: its original failed its watch"
     assert state["hosts"]["b"]["state"] == "not started" and state["promoted_left"] == ["a"]
+
+
+def test_an_interrupted_promotion_resumes_where_it_stopped_against_the_originals_windows_it_kept(tmp_path, monkeypatch):
+    plan = plan_of(tmp_path, monkeypatch)
+
+    class Lost(Exception):
+        """The controller lost while batch 2's promoted units bake."""
+
+    first = Steps()
+    baked = first.bake
+
+    def bake(hosts, phase):
+        if phase == "promoted" and hosts == ["b", "c"]:
+            raise Lost
+        return baked(hosts, phase)
+
+    first.bake = bake
+    with pytest.raises(Lost):
+        first.run(plan, tmp_path)
+    left = json.loads((tmp_path / "fleet-promotion-R1" / "state.json").read_text())
+    assert left["ended"] == "running" and {h: s["state"] for h, s in left["hosts"].items()} == {
+        "a": "passed", "b": "baking", "c": "baking", "d": "planned"}
+    again = Steps()
+    state = again.run(plan, tmp_path)
+    # batch 1 stays as it passed; batch 2 goes on from its promotion (promote.yml changes nothing where it is in
+    # place), judged against the originals' windows watched before the interruption; batch 3 from the start
+    assert again.calls == [("promote", ["b", "c"]), ("bake", ["b", "c"]), ("watch", ["d"]), ("promote", ["d"]),
+                           ("bake", ["d"])]
+    assert state["ended"] == "every batch passed its bake" and state["hosts"]["b"]["metrics"]["verdict"] == "pass"
+    assert state["hosts"]["b"]["original_window"] == left["hosts"]["b"]["original_window"]
+
+
+def test_a_finished_promotion_is_not_resumed_and_another_plan_never_resumes_this_ones_state(tmp_path, monkeypatch):
+    plan = plan_of(tmp_path, monkeypatch)
+    Steps().run(plan, tmp_path)
+    again = Steps()
+    again.run(plan, tmp_path)  # ended: a new approval of the plan starts from the first batch's watch
+    assert again.calls[:2] == [("watch", ["a"]), ("promote", ["a"])]
