@@ -294,11 +294,13 @@ VLLM = {
     "accept_length_lines": [r"SpecDecoding metrics: .*Mean acceptance length: ([\d.]+)"],
     # Prometheus /metrics (always served; the lab's vLLM 0.32 answers these names): mean acceptance length
     # is 1 + accepted / drafts, bonus token included, as vLLM's own SpecDecoding log line computes it.
-    # Finished requests are counted by finished_reason (stop, length, abort): an abort is a request that failed.
+    # Finished requests are counted by finished_reason (0.32: stop, length, abort, error, repetition; the lab's
+    # /metrics, tests/fixtures/metrics): an abort or an error is a request that failed.
     "metrics": {"ttft": "vllm:time_to_first_token_seconds", "e2e": "vllm:e2e_request_latency_seconds",
                 "generated": "vllm:generation_tokens_total", "accepted": "vllm:spec_decode_num_accepted_tokens_total",
                 "drafts": "vllm:spec_decode_num_drafts_total", "requests": "vllm:request_success_total",
-                "errors": 'vllm:request_success_total{finished_reason="abort"}', "kv_usage": "vllm:kv_cache_usage_perc",
+                "errors": 'vllm:request_success_total{finished_reason=~"abort|error"}',
+                "kv_usage": "vllm:kv_cache_usage_perc",
                 "enable": None},
     "process_titles": [r"VLLM::EngineCore\w*", r"VLLM::Worker\w*", r"VllmWorkerProcess", r"VLLM::APIServer"],
     # The OpenAI API server waits for open client streams to close on SIGTERM, whatever its

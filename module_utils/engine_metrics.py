@@ -18,6 +18,7 @@ from .engine_client import get_text
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|=)"((?:[^"\\]|\\.)*)"')  # a selector's: equal, or a regex
 HISTOGRAMS = ("ttft", "e2e")  # what a bake reads by bucket
 SERIES = ("requests", "errors", "generated", "kv_usage")  # what a bake reads as one summed value
 
@@ -115,9 +116,16 @@ def figures(merged):
 
 
 def selector(text):
-    """(name, {label: value}) of an adapter's series selector: 'name' or 'name{label="value",...}'."""
+    """(name, [(label, op, value)]) of an adapter's series selector: 'name' or 'name{label="v",label=~"a|b"}' (the
+    matchers PromQL takes as they are)."""
     name, _, rest = text.partition("{")
-    return name, dict(_LABEL.findall(rest))
+    return name, _MATCHER.findall(rest)
+
+
+def matches(labels, matchers):
+    """Whether a sample's labels meet a selector's matchers (=~ anchored, as PromQL's)."""
+    return all(re.fullmatch(value, labels.get(label, "")) if op == "=~" else labels.get(label) == value
+               for label, op, value in matchers)
 
 
 def samples(text):
@@ -137,8 +145,8 @@ def samples(text):
 
 
 def _summed(found, wanted):
-    name, labels = selector(wanted)
-    values = [v for n, have, v in found if n == name and all(have.get(k) == x for k, x in labels.items())]
+    name, matchers = selector(wanted)
+    values = [v for n, have, v in found if n == name and matches(have, matchers)]
     return sum(values) if values else None
 
 

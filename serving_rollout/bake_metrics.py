@@ -35,8 +35,10 @@ class Unreadable(Exception):
 
 # Prometheus ---------------------------------------------------------------------------------------------------------
 
-def _matchers(labels):
-    return ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+def _matchers(labels, own=()):
+    """PromQL label matchers: the series' own (engine_metrics.selector's), then the host's labels."""
+    return ",".join([f'{label}{op}"{value}"' for label, op, value in own] +
+                    [f'{key}="{value}"' for key, value in sorted(labels.items())])
 
 
 def queries(engine, labels):
@@ -49,7 +51,7 @@ def queries(engine, labels):
     for role in engine_metrics.SERIES:
         if names.get(role):
             name, own = engine_metrics.selector(names[role])
-            out[role] = f"sum({name}{{{_matchers({**own, **labels})}}})"
+            out[role] = f"sum({name}{{{_matchers(labels, own)}}})"
     if names.get("e2e"):
         out["age"] = f"max(timestamp({names['e2e']}_count{{{_matchers(labels)}}}))"
     return out

@@ -7,6 +7,7 @@ import io
 import json
 import urllib.error
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -44,8 +45,21 @@ def test_a_scrape_reading_holds_buckets_and_summed_series_by_the_engines_adapter
     assert reading["requests"] == 31.0 and reading["errors"] == 1.0 and reading["kv_usage"] == 0.25
     assert "generated" not in reading  # not in the text: left out, and the window names it when it needs it
     vllm = 'vllm:request_success_total{finished_reason="stop",model_name="m"} 8\n' \
-           'vllm:request_success_total{finished_reason="abort",model_name="m"} 2\n'
-    assert engine_metrics.reading("vllm", vllm) == {"requests": 10.0, "errors": 2.0}
+           'vllm:request_success_total{finished_reason="abort",model_name="m"} 2\n' \
+           'vllm:request_success_total{finished_reason="error",model_name="m"} 1\n'
+    assert engine_metrics.reading("vllm", vllm) == {"requests": 11.0, "errors": 3.0}
+
+
+def test_the_real_vllms_metrics_give_a_window_of_its_two_requests():
+    """tests/fixtures/metrics: the lab's real vLLM 0.32 read before and after two chat requests of 12 tokens each."""
+    folder = Path(__file__).parent.parent / "fixtures" / "metrics"
+    start, end = ({"at": at, "ok": True, "series": engine_metrics.reading(
+        "vllm", (folder / f"vllm-0.32-cpu-{when}.txt").read_text())} for at, when in ((0.0, "before"), (10.0, "after")))
+    assert set(end["series"]) == {"ttft", "e2e", "requests", "errors", "generated", "kv_usage"}  # every series named
+    w = bake_metrics.window(start, end)
+    assert w["ok"] and w["requests"] == 2 and w["latency_requests"] == 2 and w["errors"] == 0, w
+    assert w["generation_tps"] == 2.4 and w["kv_usage"] == 0.0  # 24 tokens over the 10 s between the readings
+    assert 0 < w["e2e"]["p50_s"] <= w["e2e"]["p99_s"]
 
 
 def test_a_window_is_the_difference_and_a_counter_reset_or_a_missing_series_is_unreadable_by_name():
@@ -115,7 +129,7 @@ def test_a_prometheus_reading_asks_promql_with_the_hosts_labels_and_gives_a_scra
     assert q["e2e"] == 'sum by (le) (sglang:e2e_request_latency_seconds_bucket{host="gpu-7"})'
     assert q["errors"] == 'sum(sglang:num_aborted_requests_total{host="gpu-7"})'
     assert bake_metrics.queries("vllm", labels)["errors"] == \
-        'sum(vllm:request_success_total{finished_reason="abort",host="gpu-7"})'
+        'sum(vllm:request_success_total{finished_reason=~"abort|error",host="gpu-7"})'
     scraped = engine_metrics.reading("sglang", TEXT)
     values = {q[role]: ([{"metric": {"le": le}, "value": [0, str(v)]} for le, v in scraped[role].items()]
                         if isinstance(scraped[role], dict) else [{"metric": {}, "value": [0, str(scraped[role])]}])
