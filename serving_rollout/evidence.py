@@ -782,6 +782,14 @@ def trust(run):
             "problems": problems}
 
 
+def seal(folder):
+    """The folder's manifest (every file's sha256) and its seal with the controller's key: what verify() checks."""
+    folder = Path(folder)
+    manifest = (json.dumps(build_manifest(folder), indent=2, sort_keys=True) + "\n").encode()
+    (folder / MANIFEST).write_bytes(manifest)
+    (folder / SEAL).write_text(json.dumps(seal_of(manifest, seal_key(create=True)), indent=2) + "\n")
+
+
 def finalize(run):
     run = Path(run)
     if (run / MANIFEST).exists():
@@ -797,9 +805,7 @@ def finalize(run):
     (run / "decision.json").write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
     plot(run, run / "cells.png")
     (run / "result-card.md").write_text(render_card(run))
-    manifest = (json.dumps(build_manifest(run), indent=2, sort_keys=True) + "\n").encode()
-    (run / MANIFEST).write_bytes(manifest)
-    (run / SEAL).write_text(json.dumps(seal_of(manifest, seal_key(create=True)), indent=2) + "\n")
+    seal(run)
     with fleet.locked(run.parent.parent):  # hosts of one batch finish in parallel
         index_path = run.parent.parent / "index.json"
         index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}

@@ -158,10 +158,28 @@ def _judge_metrics(state, hosts, pre, post, plan, evidence, read):
             continue
         rule = {**plan["bake_rule"], "metrics": rule_metrics(evidence, host, plan["run_id"])}
         result = compare(pre[host]["record"], post[host]["record"], rule, read)
+        fleet.write_json(_host_record(evidence, plan, host), {  # the bake's series and verdict, sealed at the end
+            "host": host, "rule": rule, "original_bake": pre[host]["record"], "promoted_bake": post[host]["record"],
+            "judgement": result})
         state["hosts"][host]["metrics"] = {k: result[k] for k in ("verdict", "reasons", "shown")} | {
             "judged": [m["text"] for m in result["metrics"]], "source": result["after"].get("source")}
         if result["verdict"] != "pass":
             state["hosts"][host].update(state="bake failed", why="bake failed: " + "; ".join(result["reasons"]))
+
+
+def _host_record(evidence, plan, host):
+    path = Path(evidence) / f"fleet-promotion-{plan['run_id']}" / "hosts" / f"{host}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _set_aside(folder):
+    """A finished promotion's sealed folder, kept whole under another name before a new approval starts again."""
+    if (folder / evidence_tool.SEAL).exists():
+        n = 1
+        while folder.with_name(f"{folder.name}.{n}").exists():
+            n += 1
+        folder.rename(folder.with_name(f"{folder.name}.{n}"))
 
 
 def _roll_back(state, baking, rollback, say, n):
@@ -238,6 +256,20 @@ def _interrupted(folder, plan):
     return state if state.get("plan_id") == plan["plan_id"] and state.get("ended") == "running" else None
 
 
+def _start(folder, plan, say):
+    """The state to carry the plan out from: an interrupted promotion's of this plan (resumed), else a new one (a
+    finished promotion's sealed folder set aside first)."""
+    state = _interrupted(folder, plan)
+    if state:
+        say(f"fleet promotion: resuming plan {plan['plan_id']} where it stopped: " +
+            ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()))
+        return state
+    _set_aside(folder)
+    return {"schema": SCHEMA, "run_id": plan["run_id"], "plan_id": plan["plan_id"], "ended": "running",
+            "hosts": {**{h: {"state": "planned", "batch": n} for n, b in enumerate(plan["batches"], 1) for h in b},
+                      **{h: {"state": "skipped", "why": why} for h, why in plan["skipped"].items()}}}
+
+
 def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_metrics.prometheus_reading):
     """Carry the plan out; returns the final state. PromotionError when the approval does not name this plan.
     bake(hosts, phase) answers per host with "record" (its bake.json); read: bake_metrics.prometheus_reading."""
@@ -249,14 +281,7 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_
         raise PromotionError("no host of run " + plan["run_id"] + " can be promoted: " +
                              "; ".join(f"{h}: {why}" for h, why in sorted(plan["skipped"].items())))
     folder = Path(evidence) / f"fleet-promotion-{plan['run_id']}"
-    state = _interrupted(folder, plan)
-    if state:
-        say(f"fleet promotion: resuming plan {plan['plan_id']} where it stopped: " +
-            ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()))
-    else:
-        state = {"schema": SCHEMA, "run_id": plan["run_id"], "plan_id": plan["plan_id"], "ended": "running",
-                 "hosts": {**{h: {"state": "planned", "batch": n} for n, b in enumerate(plan["batches"], 1) for h in b},
-                           **{h: {"state": "skipped", "why": why} for h, why in plan["skipped"].items()}}}
+    state = _start(folder, plan, say)
     save(folder, state)
     for n, batch in enumerate(plan["batches"], 1):
         if all(state["hosts"][h]["state"] == "passed" for h in batch):
@@ -273,5 +298,6 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_
         if state["hosts"][host]["state"] == "planned":
             state["hosts"][host]["state"] = "not started"
     save(folder, state)
+    evidence_tool.seal(folder)  # the record of a finished promotion, checked by bin/evidence verify like a run's
     state["folder"] = str(folder)
     return state

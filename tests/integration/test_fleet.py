@@ -19,6 +19,7 @@ from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO
 from restored import restored_problems
 
 from serving_rollout import bake_metrics, fleet_promotion, holder
+from serving_rollout import evidence as evidence_tool
 from serving_rollout.module_utils import engine_metrics
 
 HOSTS = {"lab-gpu-1": LAB_HOST, "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
@@ -172,7 +173,7 @@ def traffic(host, start=True):
     """The users' traffic double on the host (playbooks/lab-prometheus.yml put it there), as a transient unit."""
     if start:
         on(host, "systemd-run", "--unit", "lab-traffic", "-p", "EnvironmentFile=/etc/sglang/sglang.env", "python3",
-           "/opt/engine-double/lab_traffic.py")
+           "/usr/local/bin/lab_traffic.py")
     else:
         on(host, "systemctl", "stop", "lab-traffic", check=False)
 
@@ -255,6 +256,10 @@ def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fa
         state = json.loads(Path(evidence, f"fleet-promotion-{run_id}", "state.json").read_text())
         assert {h: s["state"] for h, s in state["hosts"].items()} == {
             "lab-gpu-1": "passed", "lab-gpu-2": "rolled back", "lab-gpu-3": "skipped"}
+        # the promotion's record, each host's bake series and verdict with it, sealed like a run's
+        assert evidence_tool.verify(Path(evidence, f"fleet-promotion-{run_id}"), sealed=True) == []
+        assert json.loads(Path(evidence, f"fleet-promotion-{run_id}", "hosts", "lab-gpu-2.json").read_text())[
+            "judgement"]["verdict"] == "fail"
         canary = state["hosts"]["lab-gpu-1"]["metrics"]
         assert canary["verdict"] == "pass" and canary["source"] == "http://127.0.0.1:9391", canary
         assert canary["shown"]["requests"][0] >= 10 and canary["shown"]["requests"][1] >= 10, canary

@@ -18,6 +18,8 @@ import yaml
 from conftest import CPU_SHARED_WITH_OTHER_JOBS, REPO, run_playbook, wait_for_lab_phase
 from prose import prose_problems
 
+from serving_rollout import fleet_promotion
+
 # One real-engine host: its tests run on one worker, one after another.
 pytestmark = pytest.mark.xdist_group("test_real_vllm_lab")
 HOST = "serving-lab-vllm"
@@ -364,13 +366,40 @@ def test_an_engine_upgrade_is_read_from_its_build_proven_measured_decided_and_re
     assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": OTHER}
 
 
+def bake(evidence, phase):
+    """bake.yml on the real vLLM host (15 s, a sample each 3 s): its record, the window's two moments kept for the
+    lab's Prometheus (inventory/lab-vllm names it)."""
+    baked = run_playbook("bake.yml", {"rollout_bake_phase": phase, "rollout_bake_s": 15, "rollout_bake_interval_s": 3,
+                                      "rollout_evidence_dir": evidence}, inventory="inventory/lab-vllm", local=False)
+    assert baked.returncode == 0, baked.stdout[-3000:]
+    records = [json.loads(p.read_text()) for p in sorted(Path(evidence).glob("lab-vllm-1/bake-*/bake.json"))]
+    return [r for r in records if r["phase"] == phase][-1]
+
+
 def test_an_accepted_upgrade_is_promoted_then_rolled_back_to_the_previous_build(upgrade_run):
+    """Promoted under users' traffic (the traffic double) and baked as a fleet promotion bakes a batch: the older
+    release's window, then the new one's, each read from the lab's real Prometheus scraping real vLLM, and judged;
+    then rolled back."""
     _, runs, (_, before_hash), evidence = upgrade_run
     run_id = runs[0].name.removeprefix("rollout-")
     cli = [str(REPO / "bin" / "serving-rollout")]
-    promote = subprocess.run(cli + ["promote", run_id, "--approve", "-i", "inventory/lab-vllm", "--evidence", evidence],
-                             cwd=REPO, capture_output=True, text=True, timeout=1500)
-    assert promote.returncode == 0, promote.stdout[-4000:] + promote.stderr[-2000:]
+    subprocess.run([REPO / "lab" / "prometheus-up.sh", "inventory/lab-vllm"], check=True, capture_output=True)
+    on("systemd-run", "--unit", "lab-traffic", "/usr/bin/python3", "/usr/local/bin/lab_traffic.py", "--port", "8000",
+       "--model", "tiny-llama", "--words", "20-200", "--tokens", "4-32", "--pause-s", "0.2")
+    try:
+        before = bake(evidence, "original")
+        promote = subprocess.run(cli + ["promote", run_id, "--approve", "-i", "inventory/lab-vllm", "--evidence",
+                                        evidence], cwd=REPO, capture_output=True, text=True, timeout=1500)
+        assert promote.returncode == 0, promote.stdout[-4000:] + promote.stderr[-2000:]
+        after = bake(evidence, "promoted")
+    finally:
+        on("systemctl", "stop", "lab-traffic", check=False)
+    judged = fleet_promotion.compare(before, after, {"min_requests": 3, "metrics": ["ttft_s", "e2e_s"]})
+    for window in (judged["before"], judged["after"]):  # real vLLM's series, through PromQL, each window whole
+        assert window["ok"] and window["source"] == "http://127.0.0.1:9391" and window["requests"] >= 3, judged
+        assert window["errors"] == 0 and window["e2e"]["p50_s"] > 0 and window["kv_usage"] is not None, window
+    assert [m["metric"] for m in judged["metrics"]] == ["ttft", "e2e"] and judged["verdict"] in ("pass", "fail")
+    assert (judged["verdict"] == "pass") == (judged["reasons"] == []), judged
     # The new build is the original now: its program, its release; the previous build stays installed.
     assert "ExecStart=/opt/vllm/bin/python -m vllm.entrypoints.openai.api_server" in on("cat", UNIT).stdout
     assert json.loads(on("curl", "-sf", "http://127.0.0.1:8000/version").stdout) == {"version": VERSION}

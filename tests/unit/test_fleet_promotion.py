@@ -7,6 +7,7 @@ import json
 import pytest
 from test_gpu_ab_fixture import RUN as UNSEALED_RUN
 
+from serving_rollout import evidence as evidence_tool
 from serving_rollout import fleet_promotion
 
 
@@ -95,6 +96,7 @@ class Steps:  # TEST DOUBLES of promote.yml, bake.yml and rollback.yml per host
 
 def plan_of(tmp_path, monkeypatch, hosts=("a", "b", "c", "d")):
     monkeypatch.setattr(fleet_promotion, "why_not", fleet(tmp_path, list(hosts), set(hosts)))
+    monkeypatch.setenv(evidence_tool.KEY_ENV, str(tmp_path / "evidence.key"))  # the seal's key, the test's own
     return fleet_promotion.plan_of(tmp_path, "R1", canary=1, batch_size=2, bake_s=5)
 
 
@@ -206,9 +208,18 @@ def test_an_interrupted_promotion_resumes_where_it_stopped_against_the_originals
     assert state["hosts"]["b"]["original_window"] == left["hosts"]["b"]["original_window"]
 
 
-def test_a_finished_promotion_is_not_resumed_and_another_plan_never_resumes_this_ones_state(tmp_path, monkeypatch):
+def test_a_finished_promotion_is_sealed_and_kept_whole_when_a_new_approval_starts_again(tmp_path, monkeypatch):
     plan = plan_of(tmp_path, monkeypatch)
-    Steps().run(plan, tmp_path)
+    Steps(promoted={"c": record(e2e_s=0.45)}).run(plan, tmp_path)
+    folder = tmp_path / "fleet-promotion-R1"
+    kept = json.loads((folder / "hosts" / "c.json").read_text())  # the bake's series and verdict, per host
+    assert kept["judgement"]["verdict"] == "fail" and kept["promoted_bake"]["bake"]["metrics"]["end"]["ok"]
+    assert evidence_tool.verify(folder, sealed=True) == []
+    (folder / "hosts" / "c.json").write_text(json.dumps({**kept, "judgement": {"verdict": "pass"}}))
+    assert evidence_tool.verify(folder, sealed=True) == [("hosts/c.json", "changed")]
     again = Steps()
     again.run(plan, tmp_path)  # ended: a new approval of the plan starts from the first batch's watch
     assert again.calls[:2] == [("watch", ["a"]), ("promote", ["a"])]
+    assert json.loads((tmp_path / "fleet-promotion-R1.1" / "hosts" / "c.json").read_text())["judgement"] == {
+        "verdict": "pass"}  # the earlier record set aside whole, never overwritten
+    assert evidence_tool.verify(folder, sealed=True) == []
