@@ -11,9 +11,16 @@ dir="$here/.prometheus"
 cd "$here/.."
 command -v prometheus >/dev/null || { echo "prometheus is not installed: bin/setup installs Debian's" >&2; exit 1; }
 name=$(basename "$inventory")
+mkdir -p "$dir"
+exec 9>"$dir/lock"
+flock 9  # two test workers starting it at once: one starts it, the other finds it running
 ansible-playbook -i "$inventory" playbooks/lab-prometheus.yml -e "lab_inventory_name=$name" >/dev/null
 if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
   curl -fsS -X POST "http://127.0.0.1:$port/-/reload" >/dev/null
+elif curl -fsS "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then
+  echo "lab prometheus: 127.0.0.1:$port answers, but not as this checkout's ($dir/pid): stop it (another" \
+       "checkout's lab/down.sh) first" >&2
+  exit 1
 else
   nohup prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
     --web.listen-address="127.0.0.1:$port" --web.enable-lifecycle --log.level=warn >"$dir/prometheus.log" 2>&1 &

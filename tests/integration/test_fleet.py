@@ -321,23 +321,30 @@ def test_prometheus_and_the_engines_own_metrics_give_the_same_window(fleet):
 
 
 def test_a_prometheus_stopped_mid_bake_fails_the_bake_naming_it(fleet, tmp_path):
-    """bake.yml watches lab-gpu-1's unit while the lab's Prometheus is stopped: the unit is healthy, the window
-    cannot be read, and the fleet promotion's comparison fails it, naming Prometheus and why - never a pass."""
+    """bake.yml watches lab-gpu-1's unit, its window to be read from a Prometheus of its own (the lab's configuration,
+    another port; the lab's shared one stays up for the other tests) that is stopped while the bake runs: the unit is
+    healthy, the window cannot be read, and the fleet promotion's comparison fails it, naming Prometheus and why."""
+    own = subprocess.Popen(["prometheus", f"--config.file={REPO / 'lab' / '.prometheus' / 'prometheus.yml'}",
+                            f"--storage.tsdb.path={tmp_path / 'data'}", "--web.listen-address=127.0.0.1:9392",
+                            "--log.level=error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = "http://127.0.0.1:9392"
     options = {"rollout_hosts": "lab-gpu-1", "rollout_bake_s": 6, "rollout_bake_interval_s": 1,
-               "rollout_bake_phase": "original", "rollout_evidence_dir": str(tmp_path)}
-    bake = subprocess.Popen(["ansible-playbook", "-i", "inventory/lab-fleet", "playbooks/bake.yml", "-e",
-                             json.dumps(options)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    pid = REPO / "lab" / ".prometheus" / "pid"
+               "rollout_bake_phase": "original", "rollout_evidence_dir": str(tmp_path), "rollout_prometheus_url": url}
     try:
-        os.kill(int(pid.read_text()), signal.SIGTERM)
+        bake = subprocess.Popen(["ansible-playbook", "-i", "inventory/lab-fleet", "playbooks/bake.yml", "-e",
+                                 json.dumps(options)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        own.terminate()  # while the bake runs
+        own.wait(timeout=60)
         out, _ = bake.communicate(timeout=300)
         assert bake.returncode == 0, out[-3000:]  # the unit itself is healthy: systemd and the journal say so
-        record = json.loads(next(tmp_path.glob("lab-gpu-1/bake-*/bake.json")).read_text())
-        window = fleet_promotion.window_of(record)
-        assert not window["ok"] and window["error"].startswith(f"Prometheus at {PROMETHEUS} did not answer "), window
-        judged = bake_metrics.judge(window, window, {})
-        assert judged["verdict"] == "fail" and judged["reasons"][0].startswith(
-            f"the window before the promotion cannot be read: Prometheus at {PROMETHEUS} did not answer"), judged
     finally:
-        subprocess.run([REPO / "lab" / "prometheus-up.sh"], check=True, capture_output=True)
+        if own.poll() is None:
+            own.kill()
+    record = json.loads(next(tmp_path.glob("lab-gpu-1/bake-*/bake.json")).read_text())
+    assert record["prometheus"]["url"] == url
+    window = fleet_promotion.window_of(record)
+    assert not window["ok"] and window["error"].startswith(f"Prometheus at {url} did not answer "), window
+    judged = bake_metrics.judge(window, window, {})
+    assert judged["verdict"] == "fail" and judged["reasons"][0].startswith(
+        f"the window before the promotion cannot be read: Prometheus at {url} did not answer"), judged
