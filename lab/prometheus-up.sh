@@ -13,7 +13,8 @@ command -v prometheus >/dev/null || { echo "prometheus is not installed: bin/set
 name=$(basename "$inventory")
 mkdir -p "$dir"
 exec 9>"$dir/lock"
-flock 9  # two test workers starting it at once: one starts it, the other finds it running
+flock 9  # two test workers starting it at once: one starts it, the other finds it running (Prometheus never
+         # inherits the lock: 9>&- below)
 ansible-playbook -i "$inventory" playbooks/lab-prometheus.yml -e "lab_inventory_name=$name" >/dev/null
 if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
   curl -fsS -X POST "http://127.0.0.1:$port/-/reload" >/dev/null
@@ -23,7 +24,7 @@ elif curl -fsS "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then
   exit 1
 else
   nohup prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
-    --web.listen-address="127.0.0.1:$port" --web.enable-lifecycle --log.level=warn >"$dir/prometheus.log" 2>&1 &
+    --web.listen-address="127.0.0.1:$port" --web.enable-lifecycle --log.level=warn >"$dir/prometheus.log" 2>&1 9>&- &
   echo $! > "$dir/pid"
 fi
 want=$(grep -c 'targets:' "$dir/targets/$name.yml")
