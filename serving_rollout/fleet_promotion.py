@@ -174,8 +174,8 @@ def _host_record(evidence, plan, host):
 
 
 def _set_aside(folder):
-    """A finished promotion's sealed folder, kept whole under another name before a new approval starts again."""
-    if (folder / evidence_tool.SEAL).exists():
+    """A finished promotion's folder, kept whole under another name before a new approval starts again."""
+    if folder.is_dir():
         n = 1
         while folder.with_name(f"{folder.name}.{n}").exists():
             n += 1
@@ -212,8 +212,8 @@ def _watch_originals(state, plan, n, batch, bake, save_state, say):
 
 def _stored_windows(state, batch):
     """The originals' windows an interrupted batch kept (resume): {host: {"record": its bake.json}}."""
-    return {h: {"record": json.loads(Path(state["hosts"][h]["original_window"]).read_text())} for h in batch
-            if state["hosts"][h].get("original_window")}
+    kept = {h: Path(state["hosts"][h].get("original_window") or "") for h in batch}
+    return {h: {"record": json.loads(path.read_text())} for h, path in kept.items() if path.is_file()}
 
 
 def _batch(state, plan, n, batch, steps, evidence, say):
@@ -248,12 +248,20 @@ def _batch(state, plan, n, batch, steps, evidence, say):
 
 
 def _interrupted(folder, plan):
-    """The state an interrupted promotion of this very plan left (its controller lost), else None."""
+    """The state an interrupted promotion of this very plan left (its controller lost), else None. One of another
+    plan is refused: its hosts may be promoted, and only its own approval goes on with them."""
     path = folder / "state.json"
     if not path.is_file():
         return None
     state = json.loads(path.read_text())
-    return state if state.get("plan_id") == plan["plan_id"] and state.get("ended") == "running" else None
+    if state.get("ended") != "running":
+        return None
+    if state.get("plan_id") != plan["plan_id"]:
+        raise PromotionError(f"an interrupted promotion of plan {state.get('plan_id')} is in {folder} (" +
+                             ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()) + "): resume it "
+                             "with --approve " + str(state.get("plan_id")) + " and the options it was planned with, "
+                             "or roll its hosts back first")
+    return state
 
 
 def _start(folder, plan, say):

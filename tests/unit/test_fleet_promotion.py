@@ -208,6 +208,18 @@ def test_an_interrupted_promotion_resumes_where_it_stopped_against_the_originals
     assert state["hosts"]["b"]["original_window"] == left["hosts"]["b"]["original_window"]
 
 
+def test_an_interrupted_promotion_of_another_plan_is_refused_by_name_before_any_step(tmp_path, monkeypatch):
+    plan = plan_of(tmp_path, monkeypatch)
+    fleet_promotion.save(tmp_path / "fleet-promotion-R1", {"schema": fleet_promotion.SCHEMA, "run_id": "R1",
+                                                           "plan_id": "other", "ended": "running",
+                                                           "hosts": {"a": {"state": "baking", "batch": 1}}})
+    steps = Steps()
+    with pytest.raises(fleet_promotion.PromotionError, match="an interrupted promotion of plan other is in .*"
+                                                             r"\(a baking\): resume it with --approve other"):
+        steps.run(plan, tmp_path)
+    assert steps.calls == []
+
+
 def test_a_finished_promotion_is_sealed_and_kept_whole_when_a_new_approval_starts_again(tmp_path, monkeypatch):
     plan = plan_of(tmp_path, monkeypatch)
     Steps(promoted={"c": record(e2e_s=0.45)}).run(plan, tmp_path)
