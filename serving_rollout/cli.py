@@ -294,7 +294,11 @@ def fleet_promotion_command(args, extravars):
         return code
     for host, h in state["hosts"].items():
         print(f"{host}: {h['state']}" + (f" ({h['why']})" if h.get("why") else ""))
-    print(f"fleet promotion {state['ended']}; report {state['folder']}/report.md")
+        if h.get("metrics", {}).get("verdict") == "pass":  # what a passed bake measured, against which window
+            print(f"  bake against its original's window ({h['metrics']['source']}): " + "; ".join(
+                h["metrics"]["judged"]))
+    print(f"fleet promotion {state['ended']}; report {state['folder']}/report.md (sealed: bin/evidence verify "
+          f"{state['folder']})")
     if state["promoted_left"] and code:
         print(f"promoted and left so: {', '.join(state['promoted_left'])}; to roll them back too: bin/serving-rollout "
               f"rollback -i {args.inventory} -e rollout_hosts={','.join(state['promoted_left'])}")
