@@ -13,9 +13,15 @@ Reported per R: how often the bake fails. R = 0 is a clean bake: its failure rat
 R caught in at least 90 % of bakes is the detection floor for that window. Not included: the lab machine's own
 jitter (a busy machine's scheduling delays), which the lab test guards against with a wide rule.
 
+With --lab SECONDS it measures the clean rate on the lab itself instead: the users' traffic double on the three
+lab fleet hosts for SECONDS, then back-to-back 20 s windows of each engine read from the lab's real Prometheus
+(lab/fleet-up.sh and lab/prometheus-up.sh first), each pair judged as a bake judges an original's window against a
+promoted one's: every failure is a false one, at the lab machine's own noise, jitter included.
+
 Usage: .venv/bin/python -m bench.bench_bake_detection [TRIALS [REQUESTS_PER_WINDOW [MIN_EFFECT]]]
   (defaults 200, 60 - a 20 s window at the lab traffic's ~3 requests/s - and 0.02; writes
-  bench/results-bake-detection.json)
+  bench/results-bake-detection.json, "simulated")
+       .venv/bin/python -m bench.bench_bake_detection --lab 400   (writes its "lab" figures beside them)
 """
 
 import json
@@ -65,20 +71,70 @@ def failure_rate(trials, n, regression, min_effect, seed=0):
     return failed / trials
 
 
+LAB_HOSTS = {"lab-gpu-1": "serving-lab-gpu-1", "lab-gpu-2": "serving-lab-gpu-2", "lab-gpu-3": "serving-lab-gpu-3"}
+PROMETHEUS = "http://127.0.0.1:9391"  # inventory/lab-fleet's
+WINDOW_S = 20.0
+
+
+def lab_clean_rate(seconds, min_effect=0.02):
+    """Back-to-back windows of the lab's engines under the traffic double, judged pairwise: {pairs, failed, ...}."""
+    import subprocess
+
+    def traffic(container, start):
+        command = ["systemctl", "stop", "lab-traffic-bench"]
+        if start:
+            command = ["systemd-run", "--unit", "lab-traffic-bench", "-p", "EnvironmentFile=/etc/sglang/sglang.env",
+                       "python3", "/usr/local/bin/lab_traffic.py"]
+        subprocess.run(["podman", "exec", container, *command], capture_output=True, check=start)
+
+    for container in LAB_HOSTS.values():
+        traffic(container, True)
+    began = time.time() + 5  # the first requests' warm-up left out
+    try:
+        time.sleep(seconds + 5)
+    finally:
+        for container in LAB_HOSTS.values():
+            traffic(container, False)
+    time.sleep(3)  # Prometheus scrapes each second: the last window's end is in it
+    rule = {"min_effect": min_effect, "metrics": ["ttft_s", "e2e_s"]}
+    judged = []
+    for host in LAB_HOSTS:
+        moments = [began + k * WINDOW_S for k in range(int(seconds // WINDOW_S) + 1)]
+        readings = [bake_metrics.prometheus_reading(PROMETHEUS, "sglang", {"host": host}, at) for at in moments]
+        windows = [bake_metrics.window(a, b) for a, b in zip(readings, readings[1:], strict=False)]
+        judged += [bake_metrics.judge(a, b, rule) for a, b in zip(windows[0::2], windows[1::2], strict=False)]
+    failed = [j["reasons"] for j in judged if j["verdict"] == "fail"]
+    return {"seconds_of_traffic": seconds, "window_s": WINDOW_S, "pairs": len(judged), "failed": len(failed),
+            "clean_bake_failure_rate": round(len(failed) / max(len(judged), 1), 4), "reasons": failed,
+            "requests_per_window": sorted(j["shown"]["requests"][0] for j in judged if j.get("shown")),
+            "noise": "the lab machine itself: the engine double under the traffic double, read from Prometheus"}
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--lab":
+        path = Path(__file__).with_name("results-bake-detection.json")
+        result = json.loads(path.read_text()) if path.exists() else {}
+        result["lab"] = lab_clean_rate(float(argv[2]))
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        lab = result["lab"]
+        print(f"lab: {lab['failed']} of {lab['pairs']} clean window pairs failed "
+              f"({lab['clean_bake_failure_rate']:.1%})")
+        return 0 if lab["clean_bake_failure_rate"] < 0.05 else 1
     trials = int(argv[1]) if len(argv) > 1 else 200
     n = int(argv[2]) if len(argv) > 2 else 60
     min_effect = float(argv[3]) if len(argv) > 3 else 0.02
     started = time.monotonic()
     rates = {r: failure_rate(trials, n, r, min_effect) for r in REGRESSIONS}
     caught = [r for r in REGRESSIONS if r > 0 and rates[r] >= 0.9]
+    path = Path(__file__).with_name("results-bake-detection.json")
+    kept = json.loads(path.read_text()).get("lab") if path.exists() else None
     result = {"trials": trials, "requests_per_window": n, "min_effect": min_effect, "alpha": bake_metrics.DEFAULTS[
         "alpha"], "failure_rate_by_regression": {f"{r:g}": rates[r] for r in REGRESSIONS},
               "clean_bake_failure_rate": rates[0.0], "clean_under_5_percent": rates[0.0] < 0.05,
               "smallest_regression_caught_90_percent": min(caught) if caught else None,
               "seconds": round(time.monotonic() - started, 1),
               "noise": "the engine double's latency model as the lab provisions it; the machine's own jitter not in it"}
-    Path(__file__).with_name("results-bake-detection.json").write_text(json.dumps(result, indent=2) + "\n")
+    path.write_text(json.dumps({**result, **({"lab": kept} if kept else {})}, indent=2) + "\n")
     for r in REGRESSIONS:
         print(f"regression {r:>5.0%}: bake failed in {rates[r]:6.1%} of {trials}")
     print(f"clean bake failure rate {rates[0.0]:.1%} (must be under 5 %); smallest regression caught in 90 %: "
