@@ -106,31 +106,9 @@ was:
   sample: inactive
 """
 
-import inspect
-import json
-import os
-import sys
-
-from ansible.module_utils import put_back, unit_stop, watchdog
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_commands import host_run, runner
-from ansible.module_utils.host_files import write_atomic
-from ansible.module_utils.unit_stop import active_state, stop_if_running
-
-
-def run(module, argv):
-    rc, out, err = host_run(module, argv)
-    if rc != 0:
-        module.fail_json(msg=f"{' '.join(argv[:3])} failed (rc {rc}): {(err or out).strip()}", rc=rc, stdout=out,
-                         stderr=err)
-
-
-def stop(module, unit, result):
-    """Stop the watchdog; one that ended on its own meanwhile (a lock released, a lapsed lease) is stopped as
-    asked (unit_stop.stop_if_running)."""
-    problem = stop_if_running(runner(module), unit)
-    if problem:
-        module.fail_json(msg=problem, **result)
+from ansible.module_utils.host_commands import exit_with, runner
+from ansible.module_utils.watchdog_start import started, stopped
 
 
 def main():
@@ -147,35 +125,8 @@ def main():
         "promotion": {"type": "bool", "default": False}},
         required_if=[("state", "started", ["candidate_unit", "state_dir", "run_id", "lock_path"])],
         supports_check_mode=True)
-    p = module.params
-    was = active_state(runner(module), p["watchdog_unit"]) or "inactive"
-    result = {"was": was}
-    if p["state"] == "stopped":
-        running = was in ("active", "activating")
-        if running and not module.check_mode:
-            stop(module, p["watchdog_unit"], result)
-        module.exit_json(changed=running, **result)
-    folder = os.path.join(p["state_dir"], p["unit"])
-    path, settings = os.path.join(folder, "watchdog.py"), os.path.join(folder, "watchdog.json")
-    for found in (path, settings):
-        if os.path.isdir(found):
-            module.fail_json(msg=f"the watchdog goes to {found}, where a folder is (remove it); the original was "
-                                 "not stopped", **result)
-    result["lease"] = watchdog.lease_path(p["lock_path"])
-    if module.check_mode:
-        module.exit_json(changed=True, script=path, **result)
-    cfg = watchdog.config(p["unit"], p["candidate_unit"], p["state_dir"], p["run_id"], p["lock_path"],
-                          p["stop_timeout_s"], p["snapshot_files"], p["promotion"])
-    try:
-        write_atomic(path, watchdog.script([inspect.getsource(m) for m in (unit_stop, put_back, watchdog)]), 0o700)
-        write_atomic(settings, json.dumps(cfg, indent=2, sort_keys=True) + "\n", 0o600)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot write the watchdog {path}: {exc}", **result)
-    if was in ("active", "activating", "failed"):  # an earlier holder's, whose duty this one takes
-        stop(module, p["watchdog_unit"], result)
-    run(module, ["systemd-run", f"--unit={p['watchdog_unit']}", "--collect", "--quiet",
-                 f"--description=serving-rollout watchdog of {p['unit']}", "--", sys.executable, path, settings])
-    module.exit_json(changed=True, script=path, **result)
+    step = started if module.params["state"] == "started" else stopped
+    exit_with(module, step, runner(module), module.params, module.check_mode)
 
 
 if __name__ == "__main__":
