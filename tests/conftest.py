@@ -172,6 +172,16 @@ def run_playbook(playbook, extra_vars=None, inventory="localhost,", local=True, 
 
 
 
+def wait_until(condition, timeout, what):
+    """Polled each half second: a cap on how long to wait, never a margin a test's result depends on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
 def start_lab_playbook(playbook, extra_vars):
     """ansible-playbook against the lab host in the background (its own session, so a test can
     kill it as a killed controller would die)."""

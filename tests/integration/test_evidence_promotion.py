@@ -8,10 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook, start_lab_playbook
+from conftest import CPU_SHARED_WITH_OTHER_JOBS, LAB_HOST, REPO, lab, run_playbook, start_lab_playbook, wait_until
 from prose import prose_problems
 
 from serving_rollout.module_utils.host_files import proc_stat
@@ -359,16 +358,6 @@ def test_promotion_of_a_run_that_measured_another_original_is_refused_naming_the
                         "systemctl restart sglang.service", stdin=original)
         back = run_playbook("renew.yml", inventory="inventory/lab", local=False)
     assert back.returncode == 0, back.stdout[-3000:]
-
-
-def wait_until(condition, timeout, what):
-    """Polled each second (each look is a podman exec): a cap, never a margin the test's result depends on."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def test_a_promotion_whose_controller_dies_mid_way_is_undone_by_the_hosts_watchdog(good_run):

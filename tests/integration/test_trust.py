@@ -9,11 +9,19 @@ import re
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, lab, lab_files_hash, lab_unit_state, run_playbook, start_lab_playbook, wait_for_lab_phase
+from conftest import (
+    REPO,
+    lab,
+    lab_files_hash,
+    lab_unit_state,
+    run_playbook,
+    start_lab_playbook,
+    wait_for_lab_phase,
+    wait_until,
+)
 
 UNIT = "/etc/systemd/system/sglang.service"
 CANDIDATE = "/etc/systemd/system/sglang-candidate.service"
@@ -278,15 +286,6 @@ def test_full_evidence_disk_mid_run_says_restored_first_and_keeps_the_record_on_
 def lock_content():
     text = lab("cat", LOCK, check=False).stdout
     return json.loads(text) if text.strip() else {}
-
-
-def wait_until(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def test_a_second_ctrl_c_leaves_the_duty_to_the_watchdog_which_kills_a_candidate_ignoring_sigterm(lab_baseline):
