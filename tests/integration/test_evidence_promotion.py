@@ -387,8 +387,8 @@ def test_a_promotion_whose_controller_dies_mid_way_is_undone_by_the_hosts_watchd
         lab("rm", "-f", hold, fault)
     assert unit_text() == original
     assert lab("test", "-e", "/var/lib/serving-rollout/sglang.service/promoted.json", check=False).returncode == 1
-    record = json.loads(lab("sh", "-c", "cat /var/lib/serving-rollout/sglang.service/watchdog-promotion-*.json"
-                            ).stdout)
+    records = "/var/lib/serving-rollout/sglang.service/watchdog-promotion-*.json"
+    record = json.loads(lab("sh", "-c", f"cat {records} && rm -f {records}").stdout)  # read, and not left for others
     assert record["undid_promotion"] and record["failures"] == [] and record["original"] == "active", record
     proof = run_playbook("rollback.yml", inventory="inventory/lab", local=False)
     assert proof.returncode == 0, proof.stdout[-3000:]
