@@ -29,16 +29,9 @@ def totals(text):
     if not isinstance(text, str):
         raise ValueError(f"totals needs the /metrics text, got {type(text).__name__}")
     out = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if not match or match.group(1).endswith("_bucket"):
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        if value == value:  # NaN (an empty gauge) is no reading
-            out[match.group(1)] = out.get(match.group(1), 0.0) + value
+    for name, _, value in samples(text):
+        if not name.endswith("_bucket"):
+            out[name] = out.get(name, 0.0) + value
     return out
 
 
@@ -139,7 +132,7 @@ def samples(text):
             value = float(match.group(3))
         except ValueError:
             continue
-        if value == value:
+        if value == value:  # NaN (an empty gauge) is no reading
             out.append((match.group(1), dict(_LABEL.findall(match.group(2) or "")), value))
     return out
 

@@ -20,6 +20,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import numpy as np
+from scipy import stats
+
 from serving_rollout.module_utils import engine_metrics
 from serving_rollout.module_utils.engine_adapters import adapter
 
@@ -97,8 +100,13 @@ def prometheus_reading(url, engine, labels, at, max_age_s=DEFAULTS["max_sample_a
 
 # One window ---------------------------------------------------------------------------------------------------------
 
+def _upper(le):
+    """A bucket's upper bound as a number (+Inf the last)."""
+    return math.inf if le == "+Inf" else float(le)
+
+
 def _bounds(buckets):
-    return sorted(((math.inf if le == "+Inf" else float(le)), count) for le, count in buckets.items())
+    return sorted((_upper(le), count) for le, count in buckets.items())
 
 
 def histogram_quantile(q, buckets):
@@ -164,29 +172,22 @@ def window(start, end):
 # The judgement ------------------------------------------------------------------------------------------------------
 
 def mann_whitney_worse(before, after):
-    """One-sided p that `after`'s requests are slower than `before`'s, from two windows' per-bucket counts (normal
-    approximation with the tie correction: the requests of one bucket tie)."""
-    bounds = sorted({le for le in (*before, *after)}, key=lambda le: math.inf if le == "+Inf" else float(le))
+    """One-sided p that `after`'s requests are slower than `before`'s: the A/B's Mann-Whitney test (scipy's, as
+    serving_rollout/play/abstats.py runs it), each request standing as the rank of its bucket, so the requests of one
+    bucket tie (the normal approximation with its tie correction: exact p-values assume no ties)."""
+    bounds = sorted({*before, *after}, key=_upper)
 
-    def per_bucket(buckets):
+    def ranks(buckets):
         cumulative = [buckets.get(le, 0.0) for le in bounds]
-        return [c - (cumulative[n - 1] if n else 0.0) for n, c in enumerate(cumulative)]
+        per_bucket = [round(c - (cumulative[n - 1] if n else 0.0)) for n, c in enumerate(cumulative)]
+        return np.repeat(np.arange(len(bounds)), per_bucket)
 
-    b, a = per_bucket(before), per_bucket(after)
-    n1, n2 = sum(b), sum(a)
-    if n1 <= 0 or n2 <= 0:
+    b, a = ranks(before), ranks(after)
+    if not b.size or not a.size:
         return None
-    below, u = 0.0, 0.0
-    for nb, na in zip(b, a, strict=True):
-        u += na * (below + 0.5 * nb)
-        below += nb
-    total = n1 + n2
-    ties = sum((nb + na) ** 3 - (nb + na) for nb, na in zip(b, a, strict=True))
-    variance = n1 * n2 / 12.0 * ((total + 1) - ties / (total * (total - 1))) if total > 1 else 0.0
-    if variance <= 0:
+    if len(set(b) | set(a)) < 2:  # every request in one bucket: nothing tells the windows apart
         return 1.0
-    z = (u - n1 * n2 / 2.0 - 0.5) / math.sqrt(variance)
-    return 0.5 * math.erfc(z / math.sqrt(2))
+    return float(stats.mannwhitneyu(a, b, alternative="greater", method="asymptotic").pvalue)
 
 
 def _relative(before, after):
@@ -222,7 +223,8 @@ def judge(pre, post, rule):
     problem = _readable(pre, post, rule)
     if problem:
         return {"verdict": "fail", "reasons": [problem], "metrics": [], "shown": {}}
-    judged = [RULE_METRICS[m] for m in rule.get("metrics", RULE_METRICS) if m in RULE_METRICS]
+    judged = [RULE_METRICS[m] for m in rule.get("metrics", RULE_METRICS) if m in RULE_METRICS] or \
+        list(RULE_METRICS.values())
     # alpha split over the metrics judged (Bonferroni): the bake's false failure stays within alpha as a whole
     metrics = [_latency(m, pre, post, {**rule, "alpha": rule["alpha"] / len(judged)}) for m in judged]
     reasons = [f"{m['text']}: worse by at least {rule['min_effect']:.0%}" for m in metrics if m["verdict"] == "worse"]
