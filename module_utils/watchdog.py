@@ -175,37 +175,31 @@ def put_back_files(files):
     return "; ".join(problems) or None
 
 
-def restore_promotion(cfg, run, say):
-    """Put the previous original back after a promotion whose controller died: the promoted unit stopped, the
-    snapshot's files put back and checked, systemd reloaded, the promotion's record removed, the original started
-    and the phase restored recorded - as rollback.yml undoes a promotion; every step tried, failures kept."""
-    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "failures": [], "undid_promotion": True}
-    step = stepper(record, say)
-    stopped = stop(cfg["unit"], cfg["stop_timeout_s"], run)
-    record["promoted_stop"] = stopped["how"]
+def _record(cfg, **more):
+    return {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "failures": [], **more}
+
+
+def _stop_serving(cfg, run, say, record, key):
+    """The unit that stands in the original's place stopped within the restore's deadline, then SIGKILLed."""
+    stopped = stop(cfg["candidate_unit"], cfg["stop_timeout_s"], run)
+    record[key] = stopped["how"]
+    say(f"stop {cfg['candidate_unit']}: {stopped['how']}")
     if not stopped["stopped"]:
-        record["failures"].append(f"stop {cfg['unit']}: {stopped['how']}")
-    step("put the previous original's files back", lambda: put_back_files(cfg["files"]))
-    put_back_failed = bool(record["failures"])
+        record["failures"].append(f"stop {cfg['candidate_unit']}: {stopped['how']}")
 
-    def reload():
-        rc, _, err = run(["systemctl", "daemon-reload"])
-        return None if rc == 0 else f"daemon-reload rc {rc}: {err.strip()}"
 
-    def forget_promotion():
-        promoted = os.path.join(cfg["state_dir"], cfg["unit"], "promoted.json")
-        if os.path.lexists(promoted):
-            os.unlink(promoted)
+def _systemctl(run, *argv):
+    rc, out, err = run(["systemctl", *argv])
+    return None if rc == 0 else f"rc {rc}: {(err or out).strip()}"
 
-    def start():
-        rc, out, err = run(["systemctl", "start", "--", cfg["unit"]])
-        return None if rc == 0 else f"rc {rc}: {(err or out).strip()}"
 
-    step("reload systemd", reload)
-    if not put_back_failed:  # else the record stays: the host still runs the promotion, and rollback.yml says so
-        step("remove the promotion record", forget_promotion)
-    step(f"start {cfg['unit']}", start)
+def _finish(cfg, run, step, record, tidy=None):
+    """The original started (then `tidy`, a (name, step) the restore does once it serves), the phase restored
+    recorded, and systemd's word on the original kept."""
+    step(f"start {cfg['unit']}", lambda: _systemctl(run, "start", "--", cfg["unit"]))
+    if tidy:
+        step(*tidy)
     step("record the phase restored", lambda: write_json(
         os.path.join(cfg["state_dir"], cfg["unit"], "state.json"),
         {"unit": cfg["unit"], "candidate": cfg["candidate_unit"], "phase": "restored"}))
@@ -213,26 +207,38 @@ def restore_promotion(cfg, run, say):
     return record
 
 
+def restore_promotion(cfg, run, say):
+    """Put the previous original back after a promotion whose controller died: the promoted unit stopped, the
+    snapshot's files put back and checked, systemd reloaded, the promotion's record removed, the original started
+    and the phase restored recorded - as rollback.yml undoes a promotion; every step tried, failures kept."""
+    record = _record(cfg, undid_promotion=True)
+    step = stepper(record, say)
+    _stop_serving(cfg, run, say, record, "promoted_stop")
+    step("put the previous original's files back", lambda: put_back_files(cfg["files"]))
+    put_back_failed = bool(record["failures"])
+
+    def forget_promotion():
+        promoted = os.path.join(cfg["state_dir"], cfg["unit"], "promoted.json")
+        if os.path.lexists(promoted):
+            os.unlink(promoted)
+
+    step("reload systemd", lambda: _systemctl(run, "daemon-reload"))
+    if not put_back_failed:  # else the record stays: the host still runs the promotion, and rollback.yml says so
+        step("remove the promotion record", forget_promotion)
+    return _finish(cfg, run, step, record)
+
+
 def restore(cfg, run, say):
     """Put the original back as a restore does; returns the record (every step tried, failures kept)."""
     if cfg.get("promotion"):
         return restore_promotion(cfg, run, say)
-    record = {"run_id": cfg["run_id"], "restored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "failures": []}
+    record = _record(cfg)
     step = stepper(record, say)
-    stopped = stop(cfg["candidate_unit"], cfg["stop_timeout_s"], run)
-    record["candidate_stop"] = stopped["how"]
-    say(f"stop {cfg['candidate_unit']}: {stopped['how']}")
-    if not stopped["stopped"]:
-        record["failures"].append(f"stop {cfg['candidate_unit']}: {stopped['how']}")
+    _stop_serving(cfg, run, say, record, "candidate_stop")
     record["edited"] = edited(cfg["files"])
     if record["edited"]:
         say(f"the original's files differ from the snapshot (edited during the run): {record['edited']}; "
             "starting it as it is now, never overwritten")
-
-    def start():
-        rc, out, err = run(["systemctl", "start", "--", cfg["unit"]])
-        return None if rc == 0 else f"rc {rc}: {(err or out).strip()}"
 
     def remove_candidate():
         units, copies = candidate_paths(cfg["candidate_unit"], cfg["unit"], cfg["state_dir"])
@@ -241,18 +247,10 @@ def restore(cfg, run, say):
                 shutil.rmtree(path)
             elif os.path.lexists(path):
                 os.unlink(path)
-        rc, _, err = run(["systemctl", "daemon-reload"])
-        return None if rc == 0 else f"daemon-reload rc {rc}: {err.strip()}"
+        problem = _systemctl(run, "daemon-reload")
+        return problem and f"daemon-reload {problem}"
 
-    def phase():
-        write_json(os.path.join(cfg["state_dir"], cfg["unit"], "state.json"),
-                   {"unit": cfg["unit"], "candidate": cfg["candidate_unit"], "phase": "restored"})
-
-    step(f"start {cfg['unit']}", start)
-    step("remove the candidate unit", remove_candidate)
-    step("record the phase restored", phase)
-    record["original"] = run(["systemctl", "show", "-p", "ActiveState", "--value", "--", cfg["unit"]])[1].strip()
-    return record
+    return _finish(cfg, run, step, record, tidy=("remove the candidate unit", remove_candidate))
 
 
 def remove_lock(lock_path):
