@@ -20,9 +20,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-import numpy as np
-from scipy import stats
-
 from serving_rollout.module_utils import engine_metrics
 from serving_rollout.module_utils.engine_adapters import adapter
 
@@ -175,6 +172,9 @@ def mann_whitney_worse(before, after):
     """One-sided p that `after`'s requests are slower than `before`'s: the A/B's Mann-Whitney test (scipy's, as
     serving_rollout/play/abstats.py runs it), each request standing as the rank of its bucket, so the requests of one
     bucket tie (the normal approximation with its tie correction: exact p-values assume no ties)."""
+    import numpy as np  # here, not at the top: status and the fleet promotion's plan import this module
+    from scipy import stats
+
     bounds = sorted({*before, *after}, key=_upper)
 
     def ranks(buckets):

@@ -458,10 +458,11 @@ def status_table(found):
         hosts = ", ".join(f"{host} {outcome}" for host, outcome in sorted((fleet_run.get("hosts") or {}).items()))
         stopped = f"; stopped at {fleet_run['stopped_at']}" if fleet_run.get("stopped_at") else ""
         lines.append(f"fleet {fleet_run.get('run_id')}: {hosts}{stopped}")
+    from serving_rollout.fleet_promotion import states_text
+
     for promotion in found.get("fleet_promotions", []):  # saved after every step: a running one shows where it is
-        hosts = ", ".join(f"{host} {h['state']}" for host, h in promotion["hosts"].items())
         lines.append(f"fleet promotion of run {promotion['run_id']} (plan {promotion['plan_id']}, "
-                     f"{promotion['ended']}): {hosts}")
+                     f"{promotion['ended']}): {states_text(promotion)}")
     return "\n".join(lines)
 
 

@@ -38,6 +38,16 @@ class PromotionError(Exception):
     """A fleet promotion refused before any change, with why."""
 
 
+def folder_of(evidence, run_id):
+    """Where a fleet promotion of run_id keeps its state, report and per-host records."""
+    return Path(evidence) / f"fleet-promotion-{run_id}"
+
+
+def states_text(state):
+    """Each host's state in one line: "h1 passed, h2 baking, ..." (the resume, a refusal and status say it)."""
+    return ", ".join(f"{host} {h['state']}" for host, h in state["hosts"].items())
+
+
 def why_not(evidence, host, run_id):
     """None when the host has its own acceptable, sealed run run_id that allows promotion; else why not."""
     run = Path(evidence) / host / f"rollout-{run_id}"
@@ -168,7 +178,7 @@ def _judge_metrics(state, hosts, pre, post, plan, evidence, read):
 
 
 def _host_record(evidence, plan, host):
-    path = Path(evidence) / f"fleet-promotion-{plan['run_id']}" / "hosts" / f"{host}.json"
+    path = folder_of(evidence, plan["run_id"]) / "hosts" / f"{host}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -223,7 +233,7 @@ def _batch(state, plan, n, batch, steps, evidence, say):
     promote, bake, rollback, read = steps
 
     def save_state():
-        save(Path(evidence) / f"fleet-promotion-{plan['run_id']}", state)
+        save(folder_of(evidence, plan["run_id"]), state)
 
     begun = any(state["hosts"][h]["state"] in ("promoting", "baking") for h in batch)
     pre = _stored_windows(state, batch) if begun else _watch_originals(state, plan, n, batch, bake, save_state, say)
@@ -258,7 +268,7 @@ def _interrupted(folder, plan):
         return None
     if state.get("plan_id") != plan["plan_id"]:
         raise PromotionError(f"an interrupted promotion of plan {state.get('plan_id')} is in {folder} (" +
-                             ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()) + "): resume it "
+                             states_text(state) + "): resume it "
                              "with --approve " + str(state.get("plan_id")) + " and the options it was planned with, "
                              "or roll its hosts back first")
     return state
@@ -269,8 +279,7 @@ def _start(folder, plan, say):
     finished promotion's sealed folder set aside first)."""
     state = _interrupted(folder, plan)
     if state:
-        say(f"fleet promotion: resuming plan {plan['plan_id']} where it stopped: " +
-            ", ".join(f"{h} {s['state']}" for h, s in state["hosts"].items()))
+        say(f"fleet promotion: resuming plan {plan['plan_id']} where it stopped: {states_text(state)}")
         return state
     _set_aside(folder)
     return {"schema": SCHEMA, "run_id": plan["run_id"], "plan_id": plan["plan_id"], "ended": "running",
@@ -288,7 +297,7 @@ def run(plan, evidence, approved, promote, bake, rollback, say=print, read=bake_
     if not plan["batches"]:
         raise PromotionError("no host of run " + plan["run_id"] + " can be promoted: " +
                              "; ".join(f"{h}: {why}" for h, why in sorted(plan["skipped"].items())))
-    folder = Path(evidence) / f"fleet-promotion-{plan['run_id']}"
+    folder = folder_of(evidence, plan["run_id"])
     state = _start(folder, plan, say)
     save(folder, state)
     for n, batch in enumerate(plan["batches"], 1):
