@@ -14,8 +14,10 @@ cannot be read (Prometheus unreachable, a series missing, a stale sample, a coun
 the bake, named: never a pass. Generation throughput and KV usage are shown beside it, not judged (they follow the
 traffic offered)."""
 
+import base64
 import json
 import math
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +29,11 @@ QUANTILES = (0.5, 0.9, 0.99)
 RULE_METRICS = {"ttft_s": "ttft", "e2e_s": "e2e"}  # the A/B's latency metrics and the histograms that hold them
 DEFAULTS = {"min_effect": 0.02, "alpha": 0.05, "max_error_rate_rise": 0.01, "min_requests": 20,
             "max_sample_age_s": 60.0}
+
+
+# A Prometheus behind authentication: its credentials from the controller's environment, never the inventory's URL
+# (the URL is kept in records and shown; roles/rollout/tasks/bake.yml refuses one that holds credentials).
+TOKEN_ENV, BASIC_ENV = "SERVING_ROLLOUT_PROMETHEUS_TOKEN", "SERVING_ROLLOUT_PROMETHEUS_BASIC_AUTH"
 
 
 class Unreadable(Exception):
@@ -57,10 +64,22 @@ def queries(engine, labels):
     return out
 
 
-def _instant(url, query, at, timeout, opener):
+def auth_headers(environ=os.environ):
+    """The Authorization header Prometheus needs, from TOKEN_ENV (a bearer token) or BASIC_ENV (user:password)."""
+    if environ.get(TOKEN_ENV):
+        return {"Authorization": f"Bearer {environ[TOKEN_ENV]}"}
+    if environ.get(BASIC_ENV):
+        if ":" not in environ[BASIC_ENV]:
+            raise Unreadable(f"{BASIC_ENV} must be user:password (its value is not shown)")
+        return {"Authorization": "Basic " + base64.b64encode(environ[BASIC_ENV].encode()).decode()}
+    return {}
+
+
+def _instant(url, query, at, timeout, opener, environ):
     target = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
+    request = urllib.request.Request(target, headers=auth_headers(environ))
     try:
-        with opener(target, timeout=timeout) as response:
+        with opener(request, timeout=timeout) as response:
             body = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise Unreadable(f"Prometheus at {url} did not answer {query!r}: {getattr(exc, 'reason', exc)}") from exc
@@ -70,13 +89,14 @@ def _instant(url, query, at, timeout, opener):
 
 
 def prometheus_reading(url, engine, labels, at, max_age_s=DEFAULTS["max_sample_age_s"], timeout=10.0,
-                       opener=urllib.request.urlopen):
-    """The reading Prometheus holds for the host at `at` (epoch s): {at, ok, series | error, queries}."""
+                       opener=urllib.request.urlopen, environ=os.environ):
+    """The reading Prometheus holds for the host at `at` (epoch s): {at, ok, series | error, queries}; `environ`
+    holds its credentials (auth_headers)."""
     asked = queries(engine, labels)
     try:
         series = {}
         for role, query in asked.items():
-            result = _instant(url, query, at, timeout, opener)
+            result = _instant(url, query, at, timeout, opener, environ)
             if role == "age":
                 if not result:
                     raise Unreadable(f"Prometheus at {url} has no sample of {query} at {at:.0f}")

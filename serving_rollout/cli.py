@@ -25,8 +25,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from serving_rollout import fleet
@@ -209,23 +211,46 @@ def run_playbook(kind, playbook, inventory, extravars, evidence, quiet=False, li
             os.kill(pid, signal.SIGTERM if len(interrupted) == 1 else signal.SIGKILL)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Runner writes its artifacts' `command` file with the whole environment of this process (an operator's
+    # tokens among it): the artifacts are written outside the evidence and kept there without it (keep_artifacts).
+    scratch = Path(tempfile.mkdtemp(prefix="serving-rollout-runner-"))
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private), project_dir=str(REPO), playbook=str(REPO / "playbooks" / playbook),
             inventory=str(Path(inventory).resolve()), extravars=extravars, envvars=env, quiet=True,
             event_handler=on_event, ident=run_id, cmdline=cmdline, limit=",".join(limit) if limit else None,
+            artifact_dir=str(scratch),
             cancel_callback=lambda: False)  # not runner's own handler, which SIGKILLs the playbook at once
+        stats, rc, status = runner.stats or {}, runner.rc, runner.status  # read from the artifacts: before the move
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    hosts = host_outcomes(kind, evidence, run_id, runner.stats or {}, failures)
-    code = exit_code(kind, runner.rc, hosts)
+        keep_artifacts(scratch / run_id, private / "artifacts" / run_id, env)
+        shutil.rmtree(scratch, ignore_errors=True)
+    hosts = host_outcomes(kind, evidence, run_id, stats, failures)
+    code = exit_code(kind, rc, hosts)
     result = {"schema": "serving-rollout.cli-result/v1", "command": kind, "playbook": playbook, "run_id": run_id,
-              "ansible_rc": runner.rc, "status": runner.status, "exit_code": code, "meaning": meaning_of(kind, code),
+              "ansible_rc": rc, "status": status, "exit_code": code, "meaning": meaning_of(kind, code),
               "hosts": hosts, "artifacts": str(private / "artifacts" / run_id), "interrupted": bool(interrupted),
               "fleet_summary": str(Path(evidence) / f"fleet-{run_id}" / "summary.json") if kind == "run" else None}
     (private / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result
+
+
+def keep_artifacts(scratch, kept, ours):
+    """Runner's artifacts moved from `scratch` into the evidence (`kept`), its `command` file with the values of
+    the variables this tool set (`ours`) and only the names of the environment it inherited."""
+    if not scratch.is_dir():
+        return
+    kept.mkdir(parents=True, exist_ok=True)
+    for entry in scratch.iterdir():
+        if entry.name == "command":
+            record = json.loads(entry.read_text())
+            record["env"] = {name: value if name in ours else "<not kept>"
+                             for name, value in sorted(record.get("env", {}).items())}
+            (kept / "command").write_text(json.dumps(record, indent=1) + "\n")
+        else:
+            shutil.move(str(entry), str(kept / entry.name))
 
 
 def identities(inventory, extravars, evidence):

@@ -355,17 +355,29 @@ def test_a_prometheus_stopped_mid_bake_fails_the_bake_naming_it(fleet, tmp_path)
         f"the window before the promotion cannot be read: Prometheus at {url} did not answer"), judged
 
 
-def test_a_prometheus_without_the_labels_that_select_the_host_is_refused_before_the_watch(fleet, tmp_path):
-    """bake.yml told of a Prometheus but not which series are this host's: refused at its first task, naming both
-    values, before the unit is watched or any record written; the unit is as it was."""
+CREDENTIALS = "http://ops:prom-pw-plant-3310@127.0.0.1:9391"  # a password in the URL
+
+
+@pytest.mark.parametrize(("prometheus", "expected"), [
+    ({"rollout_prometheus_url": PROMETHEUS, "rollout_prometheus_labels": {}},
+     f"rollout_prometheus_url is {PROMETHEUS} but rollout_prometheus_labels is {{}}: name the labels that select "
+     "this host's engine series"),
+    ({"rollout_prometheus_url": CREDENTIALS, "rollout_prometheus_labels": {"host": "lab-gpu-1"}},
+     "rollout_prometheus_url http://<redacted>@127.0.0.1:9391 holds credentials: give the controller "
+     "SERVING_ROLLOUT_PROMETHEUS_TOKEN (a bearer token) or SERVING_ROLLOUT_PROMETHEUS_BASIC_AUTH (user:password) "
+     "instead"),
+], ids=["labels-missing", "credentials-in-the-url"])
+def test_a_prometheus_the_bake_cannot_use_safely_is_refused_before_the_watch(fleet, tmp_path, prometheus, expected):
+    """bake.yml told of a Prometheus but not which series are this host's, or with a password in its URL (it would
+    reach the records and the console): refused at its first tasks, naming the value (the password never), before
+    the unit is watched or any record written; the unit is as it was."""
     before = identity("lab-gpu-1")
-    options = {"rollout_hosts": "lab-gpu-1", "rollout_bake_s": 6, "rollout_evidence_dir": str(tmp_path),
-               "rollout_prometheus_url": PROMETHEUS, "rollout_prometheus_labels": {}}
+    options = {"rollout_hosts": "lab-gpu-1", "rollout_bake_s": 6, "rollout_evidence_dir": str(tmp_path), **prometheus}
     baked = subprocess.run(["ansible-playbook", "-i", "inventory/lab-fleet", "playbooks/bake.yml", "-e",
                             json.dumps(options)], cwd=REPO, capture_output=True, text=True, timeout=300)
     text = re.sub(r"\s+", " ", baked.stdout)
     assert baked.returncode != 0
-    assert f"rollout_prometheus_url is {PROMETHEUS} but rollout_prometheus_labels is {{}}: name the labels that " \
-        "select this host's engine series" in text, text[-3000:]
+    assert expected in text, text[-3000:]
+    assert "prom-pw-plant-3310" not in baked.stdout + baked.stderr
     assert "TASK [rollout : Bake the serving unit" not in baked.stdout and not list(tmp_path.glob("*/bake-*"))
     assert identity("lab-gpu-1") == before

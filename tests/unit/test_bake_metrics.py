@@ -3,8 +3,10 @@ readings, the judgement, and a Prometheus reading in the same shape as a scrape 
 answers here are a TEST DOUBLE (canned /api/v1/query bodies); the lab asks the real one
 (tests/integration/test_bake_prometheus_lab.py)."""
 
+import http.server
 import io
 import json
+import threading
 import urllib.error
 import urllib.parse
 from pathlib import Path
@@ -110,10 +112,10 @@ def prometheus(values, sample_at=None, fail=None):
     """A TEST DOUBLE of Prometheus's /api/v1/query: answers each query from `values` {query: result list}."""
     asked = []
 
-    def opener(url, timeout):
+    def opener(request, timeout):
         if fail:
             raise urllib.error.URLError(fail)
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.full_url).query)
         asked.append(query)
         q, at = query["query"][0], float(query["time"][0])
         result = [{"metric": {}, "value": [at, str(sample_at if sample_at is not None else at - 1)]}] \
@@ -148,3 +150,51 @@ def test_an_unreachable_prometheus_or_a_stale_sample_is_an_unreadable_window_by_
     stale = bake_metrics.prometheus_reading("http://prom:9090", "sglang", {"host": "h"}, 1000.0, opener=opener)
     assert stale["error"] == ('Prometheus\'s newest sample for host="h" at 1000 is 100 s old (more than 60 s): it '
                               "did not scrape the engine then")
+
+
+@pytest.fixture
+def prometheus_behind_auth():
+    """A TEST DOUBLE of a Prometheus behind a reverse proxy's authentication, over real HTTP (urllib's own path):
+    401 without the right Authorization header, else an empty vector for every query."""
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            seen.append(self.headers.get("Authorization"))
+            if self.headers.get("Authorization") not in ("Bearer prom-token-5521", "Basic b3BzOnByb20tcHctNzcwMQ=="):
+                self.send_error(401, "Unauthorized")
+                return
+            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+
+
+def test_a_prometheus_behind_authentication_is_asked_with_the_controllers_credentials_never_shown(
+        prometheus_behind_auth):
+    url, seen = prometheus_behind_auth
+    for environ in ({bake_metrics.TOKEN_ENV: "prom-token-5521"}, {bake_metrics.BASIC_ENV: "ops:prom-pw-7701"}):
+        reading = bake_metrics.prometheus_reading(url, "sglang", {"host": "h"}, 1000.0, environ=environ)
+        # authenticated: the answer is read (no sample: named as such), not a refusal
+        assert reading["error"] == f'Prometheus at {url} has no sample of max(timestamp(sglang:e2e_request_latency_' \
+                                   'seconds_count{host="h"})) at 1000', reading
+    refused = bake_metrics.prometheus_reading(url, "sglang", {"host": "h"}, 1000.0, environ={})
+    assert not refused["ok"] and refused["error"].startswith(f"Prometheus at {url} did not answer ") \
+        and refused["error"].endswith(": Unauthorized"), refused
+    wrong = bake_metrics.prometheus_reading(url, "sglang", {"host": "h"}, 1000.0,
+                                            environ={bake_metrics.TOKEN_ENV: "prom-token-wrong"})
+    assert "Unauthorized" in wrong["error"] and "prom-token-wrong" not in json.dumps(wrong), wrong
+    assert seen[0] == "Bearer prom-token-5521" and None in seen
+    shown = json.dumps([reading, refused, wrong, bake_metrics.window(reading, reading)])
+    assert "prom-token-5521" not in shown and "prom-pw-7701" not in shown
+    with pytest.raises(bake_metrics.Unreadable, match="must be user:password \\(its value is not shown\\)$"):
+        bake_metrics.auth_headers({bake_metrics.BASIC_ENV: "only-a-secret-9"})

@@ -1,6 +1,8 @@
 """bin/serving-rollout: extra vars, progress lines from runner events, exit codes, usage errors."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +299,29 @@ def test_status_shows_a_fleet_promotion_per_host_while_it_runs(capsys, tmp_path)
         "fleet promotion of run R1 (plan abc123, running): gpu-1 passed, gpu-2 baking, gpu-3 planned, gpu-4 skipped")
     assert cli.main(["status", "--evidence", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fleet_promotions"][0]["hosts"]["gpu-2"]["state"] == "baking"
+
+
+def test_the_operators_environment_never_reaches_the_runners_artifacts_in_the_evidence(tmp_path, monkeypatch):
+    """A real ansible-runner run of a read-only playbook (its one host unreachable): runner records the whole
+    environment in its artifacts' `command` file; in the evidence it keeps only the names of what the operator's
+    shell held, the values of what this tool set, and every other artifact."""
+    planted = {"HF_TOKEN": "hf_plantedOperatorToken0417", "SERVING_ROLLOUT_PROMETHEUS_TOKEN": "prom-token-plant-88",
+               "AWS_SECRET_ACCESS_KEY": "plant-aws-secret-9931", "MY_CORP_PROXY": "http://u:plantpw77@proxy:3128"}
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu_serving_hosts:\n  hosts:\n    nowhere:\n      ansible_host: 127.0.0.1\n"
+                         "      ansible_port: 9\n      ansible_connection: ssh\n")
+    result = cli.run_playbook("identity", "original-identity.yml", inventory, {"run_id": "identity-t1"},
+                              tmp_path / "evidence", quiet=True)
+    assert result["ansible_rc"] != 0 and result["hosts"], result  # unreachable: it ran, and failed
+    artifacts = Path(result["artifacts"])
+    assert (artifacts / "stdout").is_file() and (artifacts / "job_events").is_dir(), sorted(artifacts.iterdir())
+    env = json.loads((artifacts / "command").read_text())["env"]
+    assert set(planted) <= set(env) and {env[name] for name in planted} == {"<not kept>"}, env
+    assert env["ANSIBLE_NOCOLOR"] == "1"  # what this tool set is shown
+    written = {p: p.read_bytes() for p in (tmp_path / "evidence").rglob("*") if p.is_file()}
+    assert len(written) >= 4
+    assert {str(p): name for p, data in written.items() for name, value in planted.items()
+            if value.encode() in data} == {}
+    assert not list(Path(tempfile.gettempdir()).glob("serving-rollout-runner-*/identity-t1"))  # scratch removed
