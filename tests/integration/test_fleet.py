@@ -161,10 +161,9 @@ def test_rollback_of_a_never_changed_unit_that_is_not_serving_fails_naming_its_s
         on("lab-gpu-3", "systemctl", "start", "sglang.service")
 
 
-# The bake must see three smokes to meet the crash (crash_after:3, so the restored original survives the rollback's
-# own two gates): 20 s at 1 s intervals leaves room for slow smokes on a busy machine; a failing bake ends early. The
-# metric rule is wide (a latency 50 % worse) and the injected regression far wider (4x), so a busy machine's noise
-# between the original's window and the promoted one's can neither fail the canary nor hide the regression.
+# 20 s bakes at 1 s intervals: at least 10 finished requests of the traffic double in each window on a busy machine.
+# The metric rule is wide (a latency 50 % worse) and the injected regression far wider (4x), so a busy machine's
+# noise between the original's window and the promoted one's can neither fail the canary nor hide the regression.
 PROMOTE_FLEET = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "20",
                  "--bake-interval-s", "1", "--bake-min-effect", "0.5", "--bake-min-requests", "10"]
 
@@ -201,6 +200,56 @@ def lose_the_controller_while_baking(approve, state_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_a_clean_fleet_promotion_promotes_the_canary_then_a_batch_of_two_each_proven(fleet):
+    """A fleet run, every host acceptable; promote --fleet approved as its dry run showed it: the canary (lab-gpu-1)
+    watched, promoted and baked, then the batch of two (lab-gpu-2, lab-gpu-3) the same way, under users' traffic,
+    each engine's series read from the lab's Prometheus; every host passes and is left promoted, proven by systemd
+    (active, the promoted unit's text, the host's promotion record) and named; then the fleet rolled back, proven."""
+    evidence = tempfile.mkdtemp(prefix="fleet-promotion-clean-")
+    ran = cli("run", "candidate", "-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2",
+              "--evidence", evidence, "-e", SMALL)
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
+    run_id = json.loads(next(Path(evidence, "runner").glob("candidate-*/result.json")).read_text())["run_id"]
+    originals = {host: identity(host)[1] for host in HOSTS}
+    # the promoted unit carries the measured candidate's effect (the double's fault for a P2P-enabled sglang.service):
+    # faster than its original by far more than a busy machine's noise, so the rule's one-sided test holds
+    faster = "/etc/engine-double/faults/sglang.service+p2p"
+    options = ["-i", "inventory/lab-fleet", "--canary", "1", "--batch-size", "2", "--bake-s", "12",
+               "--bake-interval-s", "2", "--bake-min-effect", "0.5", "--bake-min-requests", "8", "--evidence", evidence]
+    try:
+        dry = cli("promote", run_id, "--fleet", "--dry-run", *options)
+        assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-2000:]
+        assert dry.stdout.splitlines()[1:3] == ["  batch 1 (canary): lab-gpu-1; then a 12 s bake",
+                                                "  batch 2 (batch): lab-gpu-2, lab-gpu-3; then a 12 s bake"], dry.stdout
+        plan_id = re.search(r"--approve (\w+)", dry.stdout).group(1)
+        for host in HOSTS:
+            on(host, "sh", "-c", f"echo speedup:0.5 > '{faster}'")
+            traffic(host)
+        promoted = cli("promote", run_id, "--fleet", "--approve", plan_id, *options)
+        out = promoted.stdout
+        assert promoted.returncode == 0, out[-4000:] + promoted.stderr[-2000:]
+        assert out.index("batch 1: promoting lab-gpu-1") < out.index("batch 2 of 2: watching the originals of "
+                                                                     "lab-gpu-2, lab-gpu-3"), out
+        state = json.loads(Path(evidence, f"fleet-promotion-{run_id}", "state.json").read_text())
+        assert {h: s["state"] for h, s in state["hosts"].items()} == dict.fromkeys(HOSTS, "passed"), state
+        assert state["ended"] == "every batch passed its bake" and state["promoted_left"] == list(HOSTS), state
+        assert evidence_tool.verify(Path(evidence, f"fleet-promotion-{run_id}"), sealed=True) == []
+        for host in HOSTS:
+            assert state["hosts"][host]["metrics"]["source"] == PROMETHEUS, state["hosts"][host]
+            show, digest = identity(host)
+            assert "ActiveState=active" in show and digest != originals[host], (host, show)
+            assert "Environment=NCCL_P2P_DISABLE=0" in on(host, "cat", "/etc/systemd/system/sglang.service").stdout
+            record = json.loads(on(host, "cat", "/var/lib/serving-rollout/sglang.service/promoted.json").stdout)
+            assert record["run_id"] == run_id, record
+    finally:
+        for host in HOSTS:
+            traffic(host, start=False)
+            on(host, "rm", "-f", faster, check=False)
+        back = cli("rollback", "-i", "inventory/lab-fleet", "--evidence", evidence)
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert {host: identity(host)[1] for host in HOSTS} == originals
 
 
 def test_a_fleet_promotion_bakes_each_batch_and_rolls_back_the_one_whose_bake_fails(fleet):
