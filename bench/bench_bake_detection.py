@@ -10,9 +10,9 @@ SGLang's own histogram buckets (the double's BUCKETS), and judged with the proje
 regression R makes every latency of the promoted window (1 + R) longer, as the double's slowdown fault does.
 
 Reported per R: how often the bake fails. R = 0 is a clean bake: its failure rate must be under 5 %, judged by the
-95 % upper bound (Wilson) of the rate seen, so enough trials are needed to show it (3000 give about +-0.7 points). The smallest
-R caught in at least 90 % of bakes is the detection floor for that window. Not included: the lab machine's own
-jitter (a busy machine's scheduling delays), which the lab test guards against with a wide rule.
+95 % upper bound (Wilson) of the rate seen, so enough trials are needed to show it (3000 give about +-0.7 points).
+The smallest R caught in at least 90 % of bakes is the detection floor for that window. Not included: the lab
+machine's own jitter (a busy machine's scheduling delays), which the lab test guards against with a wide rule.
 
 With --lab SECONDS it measures the clean rate on the lab itself instead: the users' traffic double on the three
 lab fleet hosts for SECONDS, then back-to-back 20 s windows of each engine read from the lab's real Prometheus

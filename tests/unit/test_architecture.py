@@ -2,6 +2,7 @@
 module_utils/host_commands.py; no task runs the project's Python as a command or delegates one of the project's
 modules to the controller (that is an action plugin's job); filters hold no I/O."""
 
+import importlib.util
 import re
 
 import yaml
@@ -96,3 +97,14 @@ def test_a_module_is_its_documentation_and_a_main_that_calls_module_utils():
            if len(re.findall(r"^(?:def|class) ", p.read_text(), re.M)) > 1}
     assert fat - NOT_YET_THIN == set(), "modules with steps of their own: move them into module_utils/"
     assert NOT_YET_THIN - fat == set(), "thinned: take them off NOT_YET_THIN"
+
+
+def test_the_rollout_roles_readme_figures_are_its_own_commands_and_no_internal_name_is_public():
+    spec = importlib.util.spec_from_file_location("bench_role_figures", REPO / "bench" / "bench_role_figures.py")
+    bench_role_figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_role_figures)
+    now = bench_role_figures.figures()
+    said = bench_role_figures.readme_now(bench_role_figures.README.read_text())
+    assert said == {key: str(value) for key, value in now.items()}, \
+        "roles/rollout/README.md is stale: run .venv/bin/python -m bench.bench_role_figures --write"
+    assert now["internal_names"] == 0, "a rollout_* name that is neither a default nor an output fact: make it private"
