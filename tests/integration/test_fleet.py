@@ -245,6 +245,11 @@ def test_a_clean_fleet_promotion_promotes_the_canary_then_a_batch_of_two_each_pr
             assert "Environment=NCCL_P2P_DISABLE=0" in on(host, "cat", "/etc/systemd/system/sglang.service").stdout
             record = json.loads(on(host, "cat", "/var/lib/serving-rollout/sglang.service/promoted.json").stdout)
             assert record["run_id"] == run_id, record
+        # The bakes' smokes carry the hosts' API key: no lab secret in the console or in any record the promotion
+        # wrote (its state, report, each host's bake series and verdict, runner's artifacts of every playbook).
+        written = [p for p in Path(evidence).rglob("*") if p.is_file()]
+        assert len(written) > 50 and not [p for p in written if any(x in p.read_bytes() for x in LAB_SECRETS)]
+        assert not any(x.decode() in out + promoted.stderr for x in LAB_SECRETS)
     finally:
         for host in HOSTS:
             traffic(host, start=False)
