@@ -25,8 +25,8 @@ ROWS = {"task files": "task_files", "include depth in the role (rollback path)":
         "lines of YAML in tasks/": "task_lines"}
 
 
-def _texts(*folders):
-    return [p.read_text() for folder in folders for p in sorted((ROLE / folder).rglob("*")) if p.is_file()]
+def _texts(role, *folders):
+    return [p.read_text() for folder in folders for p in sorted((role / folder).rglob("*")) if p.is_file()]
 
 
 def include_depth(tasks):
@@ -42,7 +42,7 @@ def include_depth(tasks):
 
 def figures(role=ROLE):
     tasks = role / "tasks"
-    texts = _texts("tasks", "vars", "templates")
+    texts = _texts(role, "tasks", "vars", "templates")
     public = set(re.findall(r"^(rollout_[a-z0-9_]+):", (role / "defaults" / "main.yml").read_text(), re.M))
     used = {name for text in texts for name in NAME.findall(text)}
     outputs = {name for said in OUTPUTS.findall((role / "meta" / "argument_specs.yml").read_text())
@@ -54,22 +54,22 @@ def figures(role=ROLE):
             "task_lines": sum(len(p.read_text().splitlines()) for p in tasks.glob("*.yml"))}
 
 
+def _row(line):
+    """A table row of one of the figures: its cells, else None."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    return cells if line.startswith("|") and cells[0] in ROWS else None
+
+
 def readme_now(text):
     """{figure: the README table's last column} for the rows it holds."""
-    found = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells and cells[0] in ROWS:
-            found[ROWS[cells[0]]] = cells[-1]
-    return found
+    return {ROWS[cells[0]]: cells[-1] for line in text.splitlines() if (cells := _row(line))}
 
 
 def refreshed(text, now):
     """The README with each known row's last column set to `now`'s figure."""
     out = []
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0] in ROWS:
+        if cells := _row(line):
             line = "| " + " | ".join(cells[:-1] + [str(now[ROWS[cells[0]]])]) + " |"
         out.append(line)
     return "\n".join(out) + "\n"

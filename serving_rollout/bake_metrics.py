@@ -75,9 +75,9 @@ def auth_headers(environ=os.environ):
     return {}
 
 
-def _instant(url, query, at, timeout, opener, environ):
+def _instant(url, query, at, timeout, opener, headers):
     target = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
-    request = urllib.request.Request(target, headers=auth_headers(environ))
+    request = urllib.request.Request(target, headers=headers)
     try:
         with opener(request, timeout=timeout) as response:
             body = json.loads(response.read())
@@ -94,9 +94,9 @@ def prometheus_reading(url, engine, labels, at, max_age_s=DEFAULTS["max_sample_a
     holds its credentials (auth_headers)."""
     asked = queries(engine, labels)
     try:
-        series = {}
+        series, headers = {}, auth_headers(environ)
         for role, query in asked.items():
-            result = _instant(url, query, at, timeout, opener, environ)
+            result = _instant(url, query, at, timeout, opener, headers)
             if role == "age":
                 if not result:
                     raise Unreadable(f"Prometheus at {url} has no sample of {query} at {at:.0f}")
